@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs what `make demo` and `make test` need, idempotently:
+#   - Debian packages (debootstrap, systemd-container, ...), from the machine's own apt sources;
+#   - the project venv .venv (python3.12 + ansible-core 2.21 where 3.12 exists, else 3.11 + 2.19);
+#   - the collection link .collections/ansible_collections/disagg/sglang -> repo root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+need_apt=()
+for pkg in debootstrap systemd-container iproute2 openssh-client rsync make; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_apt+=("$pkg")
+done
+if ((${#need_apt[@]})); then
+  echo "bootstrap: apt-get install ${need_apt[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+pick_python() {
+  local c
+  # pyenv shims exist for versions that are not selected: run each candidate to be sure.
+  for c in /root/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12 python3.12 \
+           python3.11 python3; do
+    if "$c" -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1; then
+      command -v "$c"; return
+    fi
+  done
+  echo "bootstrap: no python3.12 or python3.11 found" >&2
+  exit 1
+}
+
+stamp=.venv/.bootstrap-stamp
+want=$(cat requirements/controller.txt scripts/bootstrap.sh | sha256sum | cut -c1-16)
+if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+  py=$(pick_python)
+  if "$py" -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then
+    core='ansible-core>=2.21,<2.22'
+  else
+    core='ansible-core>=2.19,<2.20'
+  fi
+  echo "bootstrap: venv .venv from $py with $core"
+  [[ -x .venv/bin/python ]] || "$py" -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check "$core" -r requirements/controller.txt 2>&1 \
+    | grep -v 'is ignored: it is neither a file nor a directory' || true
+  .venv/bin/python -c 'import ansible, molecule, testinfra, sglang_router' 
+  echo "$want" > "$stamp"
+fi
+
+mkdir -p .collections/ansible_collections/disagg
+ln -sfn "$root" .collections/ansible_collections/disagg/sglang
