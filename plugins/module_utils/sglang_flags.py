@@ -1,0 +1,162 @@
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Command lines of the sglang workers and the router, built in one place.
+
+A *profile* (``roles/worker/vars/profiles/<name>.yml``) holds the model's flags as data; the
+inventory holds the instances (ports, tp size, extra flags). The functions here merge them into
+ordered flag mappings and render those as argument lines, one flag per line, for the unit template
+and for the flag check. Nothing else in the collection spells a flag.
+"""
+
+import re
+
+WORKER_ROLES = ("prefill", "decode")
+
+# Flags derived from the inventory and placement. Profiles and extra flags may not set them:
+# each has exactly one source, named in the error.
+IDENTITY_FLAGS = {
+    "model-path": "sglang_model_path",
+    "served-model-name": "sglang_served_model_name",
+    "disaggregation-mode": "the role (prefill or decode)",
+    "tp-size": "the instance's tp",
+    "host": "sglang_<role>_bind_host",
+    "port": "the instance's port",
+    "disaggregation-bootstrap-port": "the instance's bootstrap_port",
+    "dist-init-addr": "the instance's dist_init_port",
+}
+
+
+class FlagError(ValueError):
+    """An input that cannot be turned into a command line; the message names the variable."""
+
+
+def merge_flags(*layers):
+    """Merge flag mappings left to right; later layers win, order of first appearance is kept."""
+    merged = {}
+    for layer in layers:
+        for key, value in (layer or {}).items():
+            merged[str(key).lstrip("-")] = value
+    return merged
+
+
+def _check_no_identity(flags, where):
+    for key in flags or {}:
+        name = str(key).lstrip("-")
+        if name in IDENTITY_FLAGS:
+            raise FlagError(
+                f"{where} sets --{name}, which the collection derives from {IDENTITY_FLAGS[name]}; set that instead"
+            )
+
+
+def worker_flags(profile, role, instance, settings):
+    """Ordered flags of one worker instance.
+
+    profile:  the profile mapping (keys ``flags`` -> ``common``/``prefill``/``decode``).
+    role:     ``prefill`` or ``decode``.
+    instance: {name, tp, port, bootstrap_port, dist_init_port, flags}.
+    settings: {model_path, served_model_name, host, dist_init_host, extra_flags}.
+    """
+    if role not in WORKER_ROLES:
+        raise FlagError("role must be one of {}, got {!r}".format(", ".join(WORKER_ROLES), role))
+    name = instance.get("name", "?")
+    profile_flags = profile.get("flags", {})
+    _check_no_identity(profile_flags.get("common"), "the profile's common flags")
+    _check_no_identity(profile_flags.get(role), f"the profile's {role} flags")
+    _check_no_identity(settings.get("extra_flags"), f"sglang_{role}_extra_flags")
+    _check_no_identity(instance.get("flags"), f"the flags of {role} instance {name}")
+    if not settings.get("model_path"):
+        raise FlagError("sglang_model_path is empty: set it to the model directory on the host")
+
+    identity = {
+        "model-path": settings["model_path"],
+        "served-model-name": settings.get("served_model_name"),
+        "disaggregation-mode": role,
+        "tp-size": instance["tp"],
+        "host": settings.get("host", "127.0.0.1"),
+        "port": instance["port"],
+        "disaggregation-bootstrap-port": instance.get("bootstrap_port"),
+        "dist-init-addr": (
+            "{}:{}".format(settings.get("dist_init_host", "127.0.0.1"), instance["dist_init_port"])
+            if instance.get("dist_init_port") is not None
+            else None
+        ),
+    }
+    return merge_flags(
+        identity,
+        profile_flags.get("common"),
+        profile_flags.get(role),
+        settings.get("extra_flags"),
+        instance.get("flags"),
+    )
+
+
+def worker_env(profile, role, instance, settings):
+    """Environment of one worker instance: profile env, then extra env, then the instance's."""
+    envs = profile.get("env", {})
+    merged = {}
+    for layer in (envs.get("common"), envs.get(role), settings.get("extra_env"), instance.get("env")):
+        merged.update({str(k): str(v) for k, v in (layer or {}).items()})
+    return merged
+
+
+def router_lines(prefills, decodes, settings):
+    """Argument lines of the router in PD mode.
+
+    prefills: [{url, bootstrap_port}], decodes: [{url}], settings: flags mapping of the router
+    (host, port, prometheus-host, prometheus-port, policies, ...).
+    """
+    if not prefills:
+        raise FlagError("the router has no prefill worker: put hosts with sglang_prefill_instances in group prefill")
+    if not decodes:
+        raise FlagError("the router has no decode worker: put hosts with sglang_decode_instances in group decode")
+    lines = [["--pd-disaggregation"]]
+    for worker in prefills:
+        if worker.get("bootstrap_port") is None:
+            raise FlagError(f"prefill worker {worker['url']} has no bootstrap_port; the router must be given it")
+        lines.append(["--prefill", worker["url"], str(worker["bootstrap_port"])])
+    for worker in decodes:
+        lines.append(["--decode", worker["url"]])
+    lines.extend(render_lines(settings))
+    return lines
+
+
+def _value(value):
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def render_lines(flags):
+    """Flag mapping -> list of argument lines: [["--page-size", "256"], ["--enable-metrics"]].
+
+    ``true`` renders a bare switch; ``false`` and null leave the flag out; a list repeats values
+    after one flag (argparse nargs).
+    """
+    lines = []
+    for key, value in flags.items():
+        flag = "--" + str(key).lstrip("-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            lines.append([flag])
+        elif isinstance(value, (list, tuple)):
+            lines.append([flag] + [_value(v) for v in value])
+        else:
+            lines.append([flag, _value(value)])
+    return lines
+
+
+def argv(lines):
+    """Argument lines -> flat argv list."""
+    return [token for line in lines for token in line]
+
+
+_SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+
+
+def systemd_quote(token):
+    """Quote one token for a systemd Exec line (specifiers and variables escaped)."""
+    token = str(token).replace("%", "%%").replace("$", "$$")
+    if _SAFE.match(token):
+        return token
+    return '"' + token.replace("\\", "\\\\").replace('"', '\\"') + '"'
