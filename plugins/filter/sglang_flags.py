@@ -1,9 +1,10 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Filters that build the workers' and the router's command lines (logic in module_utils)."""
+"""Filters that turn profile, inventory and placement into unit specs (logic in module_utils)."""
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
+from ansible_collections.disagg.sglang.plugins.module_utils import units
 
 
 def _wrap(func):
@@ -18,16 +19,6 @@ def _wrap(func):
     return call
 
 
-def worker_lines(instance, profile, role, settings):
-    """Argument lines of one worker instance."""
-    return sf.render_lines(sf.worker_flags(profile, role, instance, settings))
-
-
-def worker_env(instance, profile, role, settings):
-    """Environment of one worker instance."""
-    return sf.worker_env(profile, role, instance, settings)
-
-
 def systemd_line(tokens):
     """One argument line, quoted for a systemd Exec line."""
     return " ".join(sf.systemd_quote(t) for t in tokens)
@@ -36,10 +27,7 @@ def systemd_line(tokens):
 class FilterModule:
     def filters(self):
         return {
-            "worker_lines": _wrap(worker_lines),
-            "worker_env": _wrap(worker_env),
-            "router_lines": _wrap(sf.router_lines),
-            "render_lines": _wrap(sf.render_lines),
+            "worker_units": _wrap(units.worker_units),
+            "router_unit": _wrap(units.router_unit),
             "systemd_line": systemd_line,
-            "systemd_quote": sf.systemd_quote,
         }

@@ -1,0 +1,94 @@
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Unit specs: what one systemd unit of the collection runs, from placement, profile and inventory.
+
+A spec is a plain dict that ``roles/common/templates/sglang.service.j2`` renders; the template has
+no logic of its own beyond looping over the spec. Worker and router units use the same spec shape.
+"""
+
+from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
+
+
+def cpu_list(cpus):
+    """[0, 1, 2, 5, 6] -> "0-2,5-6" (the kernel's cpulist format)."""
+    ranges = []
+    for cpu in sorted(set(int(c) for c in cpus)):
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+
+
+def _binding(numactl, slot):
+    """numactl prefix for a placement slot: node binding when the node is known, else CPU binding."""
+    if slot.get("numa_node") is not None:
+        node = slot["numa_node"]
+        return [numactl, f"--cpunodebind={node}", f"--membind={node}"]
+    if slot.get("cpus"):
+        return [numactl, f"--physcpubind={cpu_list(slot['cpus'])}"]
+    return []
+
+
+def worker_units(instances, placement, profile, role, settings):
+    """Specs of the worker units of one role on one host.
+
+    instances: the role's instance list from the inventory.
+    placement: the pd_placement result for this host ([{name, gpus, numa_node, cpus, warnings}]).
+    settings:  {model_path, served_model_name, host, dist_init_host, venv, server_module,
+                numactl_path, extra_flags, extra_env, unit_prefix}.
+    """
+    slots = {slot["name"]: slot for slot in placement}
+    specs = []
+    for instance in instances:
+        name = instance["name"]
+        if name not in slots:
+            raise sf.FlagError(f"{role} instance {name} has no placement: the topology role did not place it")
+        slot = slots[name]
+        instance = dict(instance, tp=instance.get("tp") or len(slot["gpus"]))  # noqa: PLW2901
+        lines = sf.render_lines(sf.worker_flags(profile, role, instance, settings))
+        binding = _binding(settings["numactl_path"], slot)
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in slot["gpus"])}
+        if binding:
+            # The unit owns NUMA binding; sglang 0.5.23 would otherwise re-bind every GPU subprocess
+            # itself (sglang/srt/utils/numa_utils.py, get_numa_node_if_available).
+            env["SGLANG_AUTO_NUMA_BIND"] = "0"
+        env.update(sf.worker_env(profile, role, instance, settings))
+        specs.append(
+            {
+                "unit": f"{settings.get('unit_prefix', 'sglang-')}{name}",
+                "name": name,
+                "role": role,
+                "description": f"SGLang {role} worker {name} (GPUs {env['CUDA_VISIBLE_DEVICES']})",
+                "exec": [*binding, f"{settings['venv']}/bin/python", "-m", settings["server_module"]],
+                "lines": lines,
+                "env": env,
+                "port": instance["port"],
+                "health_url": f"http://{settings.get('host', '127.0.0.1')}:{instance['port']}/health",
+                "gpus": slot["gpus"],
+                "numa_node": slot.get("numa_node"),
+                "cpus": cpu_list(slot.get("cpus") or []),
+                "warnings": slot.get("warnings") or [],
+            }
+        )
+    return specs
+
+
+def router_unit(prefills, decodes, settings):
+    """Spec of the router unit. settings: {venv, unit, flags (router flags mapping), env}."""
+    lines = sf.router_lines(prefills, decodes, settings["flags"])
+    flags = settings["flags"]
+    host = flags.get("host", "127.0.0.1")
+    host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    return {
+        "unit": settings.get("unit", "sglang-router"),
+        "name": "router",
+        "role": "router",
+        "description": f"SGLang router: {len(prefills)} prefill, {len(decodes)} decode",
+        "exec": [f"{settings['venv']}/bin/python", "-m", "sglang_router.launch_router"],
+        "lines": lines,
+        "env": dict(settings.get("env") or {}),
+        "port": flags.get("port"),
+        "health_url": f"http://{host}:{flags.get('port')}/readiness",
+        "expected_workers": len(prefills) + len(decodes),
+    }

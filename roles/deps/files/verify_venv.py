@@ -1,0 +1,71 @@
+"""Verify the serving venv instead of assuming it: run by the venv's own python on the host.
+
+Prints one JSON line; exits 1 naming what is missing.
+"""
+
+import argparse
+import importlib.metadata
+import json
+import sys
+
+
+def check_router(report):
+    try:
+        import sglang_router  # noqa: F401, PLC0415
+    except ImportError as exc:
+        return f"sglang_router does not import ({exc}): install sglang-router into the venv"
+    report["sglang_router"] = importlib.metadata.version("sglang-router")
+    return None
+
+
+def check_nixl(report, backend):
+    try:
+        # The import sglang itself makes (sglang/srt/disaggregation/nixl/conn.py).
+        from nixl._api import nixl_agent, nixl_agent_config  # noqa: PLC0415
+    except ImportError as exc:
+        return (
+            f"nixl._api does not import ({exc}): install nixl and nixl-cu13 with --no-deps "
+            "(sglang_deps_packages_nodeps), plus numpy"
+        )
+    agent = nixl_agent("disagg-sglang-verify", nixl_agent_config(backends=[]))
+    plugins = sorted(agent.get_plugin_list())
+    report["nixl_plugins"] = plugins
+    if backend not in plugins:
+        return f"NIXL backend '{backend}' not found: the plugin list is {plugins}"
+    try:
+        agent.create_backend(backend, {})
+    except Exception as exc:  # any failure of the backend is the answer
+        return f"NIXL lists '{backend}' but cannot create it: {exc}"
+    report["nixl_backend"] = backend
+    return None
+
+
+def check_no_sgl_kernel(report):
+    try:
+        version = importlib.metadata.version("sgl-kernel")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    report["sgl_kernel"] = version
+    return (
+        f"sgl-kernel {version} is installed beside sglang's sglang-kernel (same import name sgl_kernel): "
+        "remove it with pip uninstall sgl-kernel"
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nixl-backend", default="UCX")
+    parser.add_argument("--expect-nixl", action="store_true")
+    args = parser.parse_args()
+    report = {}
+    problems = [check_router(report), check_no_sgl_kernel(report)]
+    if args.expect_nixl:
+        problems.append(check_nixl(report, args.nixl_backend))
+    problems = [p for p in problems if p]
+    report["problems"] = problems
+    print(json.dumps(report))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
