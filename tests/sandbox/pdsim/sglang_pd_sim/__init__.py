@@ -1,0 +1,9 @@
+"""sglang-pd-sim: a pure-stdlib stand-in for an SGLang 0.5.23 worker in prefill-decode (PD) mode.
+
+A test double: it parses the real `sglang serve` flags (from the packaged 0.5.23 flag table) and speaks
+the HTTP API that sglang-router 0.3.2 uses, so routers, systemd units and playbooks can be exercised
+without GPUs. It never loads a model; text is deterministic filler derived from the prompt.
+"""
+
+__version__ = "0.1.0"
+SGLANG_VERSION = "0.5.23"

@@ -1,0 +1,380 @@
+"""The `sglang serve` 0.5.23 command line, rebuilt from the packaged flag table, plus the simulator's knobs.
+
+Flags behave as argparse behaves in sglang: prefix matching is on (`--tp 4` is `--tp-size 4`, while
+`--cuda-graph-max-bs` is ambiguous), unknown flags and invalid choices exit with status 2.
+Simulator-only settings are environment variables (SGLANG_SIM_*) so they can never collide with a flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+
+from sglang_pd_sim import SGLANG_VERSION, __version__
+
+FLAGS_TSV = "sglang_0_5_23_flags.tsv"
+
+KNOBS_HELP = """\
+simulator knobs (environment variables, never flags):
+  SGLANG_SIM_STARTUP_DELAY=S    seconds of simulated weight loading; /health answers 503 meanwhile (0)
+  SGLANG_SIM_TOKEN_LATENCY=S    seconds per generated token on decode (and in null mode) (0)
+  SGLANG_SIM_PREFILL_LATENCY=S  seconds a prefill takes before its KV counts as transferred (0)
+  SGLANG_SIM_HANDOFF_TIMEOUT=S  how long decode waits for prefill's KV of a bootstrap_room (30)
+  SGLANG_SIM_DEFAULT_MAX_TOKENS=N  tokens generated when the request names none (16)
+  SGLANG_SIM_FAIL=LIST          failure injection, comma-separated:
+      generate:CODE   every generation request answers HTTP CODE (e.g. generate:500)
+      health:CODE     /health and /health_generate answer CODE (e.g. health:503)
+      crash-after:N   the process dies (exit 1, no cleanup) after N generation requests
+      handoff:drop    prefill never completes a KV transfer (decode then times out)
+      startup:exit    the process exits 1 at the end of the start-up delay (a failed load)
+  SGLANG_SIM_ARCH=NAME          architecture reported by /model_info (DeepseekV4ForCausalLM)
+
+debug endpoints: GET /sim/requests (every request seen: path, bootstrap_room, time, status),
+GET /sim/config; on a prefill's bootstrap port GET /sim/kv/<room> (the KV handoff state decode polls).
+"""
+
+
+def human_readable_int(value: str) -> int:
+    """sglang's parser: '8K' -> 8192, '8k' -> 8000, '25.6k' -> 25600, plain integers as is."""
+    value = value.strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", value)
+    if match:
+        number, suffix = match.groups()
+        decimal = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+        binary = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+        if suffix in decimal:
+            return int(float(number) * decimal[suffix])
+        try:
+            return int(number) * binary[suffix]
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(
+                f"Decimals are not allowed with binary suffixes like {suffix}. "
+                f"Did you mean to use {number}{suffix.lower()} instead?"
+            ) from exc
+    return int(value)
+
+
+def nullable_str(value: str) -> str | None:
+    return None if value.lower() in ("none", "null", "") else value
+
+
+def json_list_type(value: str) -> list:
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"Invalid JSON list: {value}") from exc
+    if not isinstance(parsed, list):
+        raise argparse.ArgumentTypeError(f"Expected a JSON list, got {value}")
+    return parsed
+
+
+def json_loads(value: str):
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"Invalid JSON: {value}") from exc
+
+
+def cuda_graph_config_arg(value: str):
+    return json_loads(value)
+
+
+# The type column of the flag table names sglang's converters; these are their stand-ins.
+TYPES = {
+    "None": None,
+    "str": str,
+    "int": int,
+    "float": float,
+    "human_readable_int": human_readable_int,
+    "nullable_str": nullable_str,
+    "loads": json_loads,
+    "json_list_type": json_list_type,
+    "parse_cuda_graph_backend_arg": str,
+    "parse_cuda_graph_config_arg": cuda_graph_config_arg,
+}
+for _name, _func in (
+    ("human_readable_int", human_readable_int),
+    ("nullable_str", nullable_str),
+    ("loads", json_loads),
+    ("json_list_type", json_list_type),
+    ("parse_cuda_graph_config_arg", cuda_graph_config_arg),
+):
+    _func.__name__ = _name  # argparse names the converter in "invalid <type> value" messages
+
+
+class DeprecatedStoreTrue(argparse.Action):
+    """A deprecated boolean flag: accepted, stored as True, with a warning (as sglang does)."""
+
+    def __init__(self, option_strings, dest, default=False, required=False, help=None):
+        super().__init__(option_strings, dest, nargs=0, const=True, default=default, required=required, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"WARNING: {option_string} is deprecated and will be removed in a future release.", file=sys.stderr)
+        setattr(namespace, self.dest, True)
+
+
+class DeprecatedStoreConst(argparse.Action):
+    """`--monokernel-backend amd`: a deprecated spelling of a boolean, takes its one allowed value."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"WARNING: {option_string} is deprecated and will be removed in a future release.", file=sys.stderr)
+        setattr(namespace, self.dest, True)
+
+
+@dataclass
+class FlagRow:
+    flags: list[str]
+    dest: str
+    type: str
+    default: object
+    choices: list | None
+    action: str
+    nargs: str | None
+    const: object
+    required: bool
+
+
+def _literal(text: str):
+    if text == "":
+        return None
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def load_flag_table(text: str | None = None) -> list[FlagRow]:
+    if text is None:
+        text = resources.files("sglang_pd_sim").joinpath(FLAGS_TSV).read_text(encoding="utf-8")
+    rows: list[FlagRow] = []
+    header: list[str] | None = None
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        cells = line.split("\t")
+        if header is None:
+            header = cells
+            continue
+        rec = dict(zip(header, cells + [""] * (len(header) - len(cells)), strict=True))
+        type_name = rec["type"]
+        converter = TYPES.get(type_name, str)
+        choices = None
+        if rec["choices"]:
+            choices = rec["choices"].split(",")
+            if converter in (int, float):
+                choices = [converter(c) for c in choices]
+        rows.append(
+            FlagRow(
+                flags=rec["flags"].split(","),
+                dest=rec["dest"],
+                type=type_name,
+                default=_literal(rec["default"]),
+                choices=choices,
+                action=rec["action"],
+                nargs=rec.get("nargs") or None,
+                const=_literal(rec["const"]) if rec.get("const") else None,
+                required=rec.get("required") == "1",
+            )
+        )
+    return rows
+
+
+def build_parser(rows: list[FlagRow] | None = None) -> argparse.ArgumentParser:
+    rows = rows if rows is not None else load_flag_table()
+    parser = argparse.ArgumentParser(
+        prog="sglang-pd-sim",
+        description=(
+            f"SGLang PD worker simulator {__version__}: accepts the `sglang serve` {SGLANG_VERSION} flags "
+            "and answers SGLang's worker HTTP API without a GPU or a model."
+        ),
+        epilog=KNOBS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=True,
+    )
+    for row in rows:
+        if row.action == "_HelpAction":
+            continue  # argparse adds -h/--help itself
+        kwargs: dict = {"dest": row.dest, "default": row.default, "help": _help(row)}
+        converter = TYPES.get(row.type, str)
+        if row.action == "_StoreTrueAction":
+            kwargs["action"] = "store_true"
+        elif row.action == "BooleanOptionalAction":
+            kwargs["action"] = argparse.BooleanOptionalAction
+            names = [f for f in row.flags if not f.startswith("--no-")]
+            parser.add_argument(*names, **kwargs)
+            continue
+        elif row.action == "DeprecatedStoreTrueAction":
+            kwargs["action"] = DeprecatedStoreTrue
+        elif row.action == "DeprecatedStoreConstAction":
+            kwargs["action"] = DeprecatedStoreConst
+            kwargs["choices"] = row.choices
+        else:  # _StoreAction, LoRAPathAction: store values
+            if converter is not None:
+                kwargs["type"] = converter
+            if row.choices:
+                kwargs["choices"] = row.choices
+            if row.nargs:
+                kwargs["nargs"] = row.nargs
+            if row.const is not None:
+                kwargs["const"] = row.const
+            if row.required:
+                kwargs["required"] = True
+        parser.add_argument(*row.flags, **kwargs)
+    return parser
+
+
+def _help(row: FlagRow) -> str:
+    if row.action in ("_StoreTrueAction", "BooleanOptionalAction"):
+        return "(flag)"
+    return f"(default: {row.default!r})"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "serve":  # `sglang serve ...` spelled as `python -m sglang_pd_sim serve ...`
+        argv = argv[1:]
+    parser = build_parser()
+    config = _config_path(argv)
+    if config:
+        try:
+            argv = config_to_argv(config) + argv  # as sglang: the command line overrides the file
+        except (OSError, ValueError) as exc:
+            parser.error(f"--config {config}: {exc}")
+    return parser.parse_args(argv)
+
+
+def _config_path(argv: list[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _scalar(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
+def config_to_argv(path: str) -> list[str]:
+    """The flat YAML subset `sglang serve --config` files use: `key: value`, `key: [a, b]`, block lists.
+
+    true adds a boolean flag, false leaves it out; keys may use - or _.
+    """
+    out: list[str] = []
+    items: list[tuple[str, object]] = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            line = raw.split(" #", 1)[0].rstrip()
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            if line.lstrip().startswith("- "):
+                if not items or not isinstance(items[-1][1], list):
+                    raise ValueError(f"line {lineno}: list item outside a list")
+                items[-1][1].append(_scalar(line.lstrip()[2:]))
+                continue
+            key, sep, value = line.partition(":")
+            if not sep or line[0].isspace():
+                raise ValueError(f"line {lineno}: expected 'key: value'")
+            value = value.strip()
+            if value == "":
+                items.append((key.strip(), []))
+            elif value.startswith("[") and value.endswith("]"):
+                items.append((key.strip(), [_scalar(v) for v in value[1:-1].split(",") if v.strip()]))
+            else:
+                items.append((key.strip(), _scalar(value)))
+    for key, value in items:
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, list):
+            out += [flag, *value]
+        elif value.lower() == "true":
+            out.append(flag)
+        elif value.lower() == "false":
+            continue
+        else:
+            out += [flag, value]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# Simulator knobs
+# ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Knobs:
+    startup_delay: float = 0.0
+    token_latency: float = 0.0
+    prefill_latency: float = 0.0
+    handoff_timeout: float = 30.0
+    default_max_tokens: int = 16
+    architecture: str = "DeepseekV4ForCausalLM"
+    fail_generate: int | None = None
+    fail_health: int | None = None
+    crash_after: int | None = None
+    handoff_drop: bool = False
+    startup_exit: bool = False
+    raw_fail: str = ""
+    problems: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "problems"}
+
+
+def _env_float(env, name: str, default: float, problems: list[str]) -> float:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        problems.append(f"{name}={raw!r} is not a number; using {default}")
+        return default
+    if value < 0:
+        problems.append(f"{name}={raw!r} is negative; using {default}")
+        return default
+    return value
+
+
+def load_knobs(env=None) -> Knobs:
+    env = os.environ if env is None else env
+    problems: list[str] = []
+    knobs = Knobs(
+        startup_delay=_env_float(env, "SGLANG_SIM_STARTUP_DELAY", 0.0, problems),
+        token_latency=_env_float(env, "SGLANG_SIM_TOKEN_LATENCY", 0.0, problems),
+        prefill_latency=_env_float(env, "SGLANG_SIM_PREFILL_LATENCY", 0.0, problems),
+        handoff_timeout=_env_float(env, "SGLANG_SIM_HANDOFF_TIMEOUT", 30.0, problems),
+        default_max_tokens=int(_env_float(env, "SGLANG_SIM_DEFAULT_MAX_TOKENS", 16, problems)) or 16,
+        architecture=env.get("SGLANG_SIM_ARCH") or "DeepseekV4ForCausalLM",
+        raw_fail=env.get("SGLANG_SIM_FAIL", ""),
+        problems=problems,
+    )
+    for item in filter(None, (p.strip() for p in knobs.raw_fail.split(","))):
+        kind, _, arg = item.partition(":")
+        try:
+            if kind == "generate":
+                knobs.fail_generate = int(arg or 500)
+            elif kind == "health":
+                knobs.fail_health = int(arg or 503)
+            elif kind == "crash-after":
+                knobs.crash_after = int(arg)
+            elif kind == "handoff" and arg == "drop":
+                knobs.handoff_drop = True
+            elif kind == "startup" and arg == "exit":
+                knobs.startup_exit = True
+            else:
+                problems.append(f"SGLANG_SIM_FAIL item {item!r} is unknown; ignored")
+        except ValueError:
+            problems.append(f"SGLANG_SIM_FAIL item {item!r} has a bad number; ignored")
+    return knobs
