@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Makes .cache/sglang-parser-venv (repo-relative), idempotently: a Python 3.11 venv holding the sglang
+# 0.5.23 wheel installed WITHOUT its dependencies (torch, CUDA, ...: several GB) plus the few small
+# packages its argument modules import (requirements.txt beside this script). real_parser.py, run by
+# that venv's python, then builds sglang's own `sglang serve` argument parser on a CPU-only machine.
+#
+# Prints the venv's python on its last line. Exits non-zero, saying why, when it cannot be built.
+# SGLANG_PARSER_PYTHON=/path/to/python3.11 picks the interpreter; otherwise the first candidate
+# that really runs as 3.11 (pyenv shims exist for versions that are not selected: each is run).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+venv=$root/.cache/sglang-parser-venv
+sglang_pin='sglang==0.5.23'  # the wheel is cp311-only
+
+mkdir -p "$root/.cache"
+exec 9>"$root/.cache/sglang-parser-venv.lock"
+flock 9  # two test runs at once build it once
+
+want=$( (cat "$here/requirements.txt" "$here/build_venv.sh"; echo "$sglang_pin") | sha256sum | cut -c1-16)
+stamp=$venv/.build-stamp
+if [[ -x $venv/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]]; then
+  echo "$venv/bin/python"
+  exit 0
+fi
+
+pick_python() {
+  local c
+  for c in ${SGLANG_PARSER_PYTHON:-} /root/.pyenv/versions/3.11*/bin/python3.11 /usr/local/bin/python3.11 \
+           /usr/bin/python3.11 python3.11; do
+    [[ -n $c ]] || continue
+    if "$c" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info[:2] != (3, 11))' >/dev/null 2>&1; then
+      command -v "$c"
+      return
+    fi
+  done
+  echo "build_venv: no working Python 3.11 found (tried /root/.pyenv/versions/3.11*/bin/python3.11," \
+    "/usr/local/bin/python3.11, /usr/bin/python3.11, python3.11); the sglang 0.5.23 wheel is cp311-only." \
+    "Install python3.11 (with venv and ensurepip) or set SGLANG_PARSER_PYTHON." >&2
+  return 1
+}
+
+py=$(pick_python)
+echo "build_venv: $venv from $py ($sglang_pin --no-deps + requirements.txt)" >&2
+rm -rf "$venv"
+"$py" -m venv "$venv"
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check --no-input)
+# Local find-links/extra-index entries of this machine's pip config may not exist: drop that noise.
+quiet() { grep -v 'is ignored: it is neither a file nor a directory' >&2 || true; }
+"${pip[@]}" -r "$here/requirements.txt" 2>&1 | quiet
+"${pip[@]}" --no-deps "$sglang_pin" 2>&1 | quiet
+# pipefail keeps pip's exit status through the filter; the smoke check below proves the result.
+"$venv/bin/python" "$here/real_parser.py" --info >&2
+echo "$want" > "$stamp"
+echo "$venv/bin/python"
