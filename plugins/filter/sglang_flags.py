@@ -29,5 +29,6 @@ class FilterModule:
         return {
             "worker_units": _wrap(units.worker_units),
             "router_unit": _wrap(units.router_unit),
+            "pd_workers": _wrap(units.pd_workers),
             "systemd_line": systemd_line,
         }

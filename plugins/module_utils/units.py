@@ -20,6 +20,11 @@ def cpu_list(cpus):
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
 
 
+def _local(host):
+    """Address to probe a listener on from its own host."""
+    return "127.0.0.1" if host in (None, "", "0.0.0.0", "::") else host
+
+
 def _binding(numactl, slot):
     """numactl prefix for a placement slot: node binding when the node is known, else CPU binding."""
     if slot.get("numa_node") is not None:
@@ -64,7 +69,7 @@ def worker_units(instances, placement, profile, role, settings):
                 "lines": lines,
                 "env": env,
                 "port": instance["port"],
-                "health_url": f"http://{settings.get('host', '127.0.0.1')}:{instance['port']}/health",
+                "health_url": f"http://{_local(settings.get('host'))}:{instance['port']}/health",
                 "gpus": slot["gpus"],
                 "numa_node": slot.get("numa_node"),
                 "cpus": cpu_list(slot.get("cpus") or []),
@@ -74,12 +79,37 @@ def worker_units(instances, placement, profile, role, settings):
     return specs
 
 
+def pd_workers(hosts_by_role, host_vars, colocated):
+    """The router's view of the workers: [{role, host, name, url, bootstrap_port}].
+
+    hosts_by_role: {"prefill": [host, ...], "decode": [...]} (the inventory groups).
+    host_vars:     mapping host -> its variables (sglang_<role>_instances, sglang_advertise_address,
+                   ansible_host). Workers are dialled on loopback when everything shares one host.
+    """
+    workers = []
+    for role in sf.WORKER_ROLES:
+        for host in hosts_by_role.get(role) or []:
+            hvars = host_vars[host]
+            address = (
+                "127.0.0.1" if colocated else hvars.get("sglang_advertise_address") or hvars.get("ansible_host", host)
+            )
+            for instance in hvars.get(f"sglang_{role}_instances") or []:
+                workers.append(
+                    {
+                        "role": role,
+                        "host": host,
+                        "name": instance["name"],
+                        "url": f"http://{address}:{instance['port']}",
+                        "bootstrap_port": instance.get("bootstrap_port"),
+                    }
+                )
+    return workers
+
+
 def router_unit(prefills, decodes, settings):
     """Spec of the router unit. settings: {venv, unit, flags (router flags mapping), env}."""
     lines = sf.router_lines(prefills, decodes, settings["flags"])
     flags = settings["flags"]
-    host = flags.get("host", "127.0.0.1")
-    host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     return {
         "unit": settings.get("unit", "sglang-router"),
         "name": "router",
@@ -89,6 +119,6 @@ def router_unit(prefills, decodes, settings):
         "lines": lines,
         "env": dict(settings.get("env") or {}),
         "port": flags.get("port"),
-        "health_url": f"http://{host}:{flags.get('port')}/readiness",
+        "health_url": f"http://{_local(flags.get('host'))}:{flags.get('port')}/readiness",
         "expected_workers": len(prefills) + len(decodes),
     }
