@@ -185,8 +185,8 @@ class BaseHandler(BaseHTTPRequestHandler):
     def state(self) -> SimState:
         return self.server.state
 
-    def setup(self):
-        super().setup()
+    def reset_request_state(self) -> None:
+        # one handler object serves every request of a keep-alive connection
         self._status = None
         self._room = None
         self._rid = None
@@ -232,6 +232,7 @@ class BaseHandler(BaseHTTPRequestHandler):
 
     def dispatch(self) -> None:
         t0 = time.time()
+        self.reset_request_state()
         path = urlsplit(self.path).path
         try:
             self.route(path)

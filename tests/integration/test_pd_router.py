@@ -1,0 +1,491 @@
+"""The PD worker simulator (tests/sandbox/pdsim) on its own and behind the real sglang-router 0.3.2.
+
+Everything listens on 127.0.0.1 ports picked at run time; every process is stopped by its fixture, every
+wait is bounded. Timings are printed (router ready time, request latency).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+PDSIM_SRC = Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"
+if str(PDSIM_SRC) not in sys.path:
+    sys.path.insert(0, str(PDSIM_SRC))
+
+from sglang_pd_sim import cli as sim_cli  # noqa: E402
+
+MODEL = "/models/DeepSeek-V4-Flash"
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+# The DeepSeek-V4-Flash sm_120 deployment, as the collection renders it (TP4 + TP4, marlin, NIXL).
+DSV4_COMMON = [
+    "--model-path", MODEL, "--tp-size", "4", "--page-size", "256", "--kv-cache-dtype", "fp8_e4m3",
+    "--attention-backend", "dsv4", "--moe-runner-backend", "marlin", "--context-length", "8192",
+    "--mem-fraction-static", "0.70", "--disaggregation-transfer-backend", "nixl",
+    "--disaggregation-bootstrap-port", "8998", "--dist-init-addr", "127.0.0.1:30335",
+    "--host", "127.0.0.1", "--enable-metrics", "--trust-remote-code",
+]  # fmt: skip
+DSV4_PREFILL = [
+    *DSV4_COMMON, "--disaggregation-mode", "prefill", "--chunked-prefill-size", "8192",
+    "--cuda-graph-backend-prefill", "disabled", "--port", "30000",
+]  # fmt: skip
+DSV4_DECODE = [
+    *DSV4_COMMON, "--disaggregation-mode", "decode", "--cuda-graph-max-bs-decode", "64", "--port", "30001",
+]  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(method: str, url: str, body=None, headers: dict | None = None, timeout: float = 10.0):
+    """(status, parsed JSON or text) without raising on HTTP errors."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={**JSON_HEADERS, **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    try:
+        return status, json.loads(raw) if raw else None
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
+def wait_until(probe, timeout: float, interval: float = 0.05, what: str = "condition"):
+    """Call probe() until it returns a truthy value; fail after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            last = probe()
+            if last:
+                return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def status_of(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def report(capsys, text: str) -> None:
+    with capsys.disabled():
+        print(f"\n    [timing] {text}", end="")
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen
+    log_path: Path
+    ports: dict = field(default_factory=dict)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout: float = 5.0) -> int | None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout)
+        return self.popen.returncode
+
+
+class Launcher:
+    """Starts simulators and routers as subprocesses and stops all of them at teardown."""
+
+    def __init__(self, tmp_path: Path):
+        self.tmp_path = tmp_path
+        self.procs: list[Proc] = []
+
+    def _spawn(self, name: str, argv: list[str], env: dict | None = None, **ports) -> Proc:
+        log_path = self.tmp_path / f"{name}.log"
+        full_env = {**os.environ, **(env or {})}
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PDSIM_SRC), full_env.get("PYTHONPATH")]))
+        with open(log_path, "wb") as log:
+            popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=self.tmp_path)
+        proc = Proc(name, popen, log_path, ports)
+        self.procs.append(proc)
+        return proc
+
+    def sim(self, role: str, *extra: str, env: dict | None = None, name: str | None = None) -> Proc:
+        port = free_port()
+        argv = [sys.executable, "-m", "sglang_pd_sim", "serve", "--model-path", MODEL, "--host", "127.0.0.1",
+                "--port", str(port), "--disaggregation-mode", role, "--page-size", "256",
+                "--disaggregation-transfer-backend", "nixl", "--enable-metrics"]  # fmt: skip
+        ports = {"port": port}
+        if role == "prefill":
+            ports["bootstrap"] = free_port()
+            argv += ["--disaggregation-bootstrap-port", str(ports["bootstrap"])]
+        return self._spawn(name or f"sim-{role}-{port}", [*argv, *extra], env, **ports)
+
+    def router(self, prefill: Proc, decode: Proc, *extra: str) -> Proc:
+        port, prom = free_port(), free_port()
+        argv = [
+            sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation",
+            "--prefill", f"http://127.0.0.1:{prefill.ports['port']}", str(prefill.ports["bootstrap"]),
+            "--decode", f"http://127.0.0.1:{decode.ports['port']}",
+            "--host", "127.0.0.1", "--port", str(port),
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prom),
+            "--prefill-policy", "round_robin", "--decode-policy", "round_robin",
+            # fast and offline: check workers every second, no hub download for a tokenizer
+            "--worker-startup-check-interval", "1", "--health-check-interval-secs", "1",
+            "--health-check-timeout-secs", "2", "--worker-startup-timeout-secs", "60",
+            "--request-timeout-secs", "30", "--log-level", "warn",
+            *extra,
+        ]  # fmt: skip
+        return self._spawn(f"router-{port}", argv, port=port, prometheus=prom)
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+
+    def dump_logs(self) -> str:
+        return "\n".join(f"--- {p.name} (rc={p.popen.poll()}) ---\n{p.log_tail()}" for p in self.procs)
+
+
+@pytest.fixture
+def pd_launcher(tmp_path) -> Iterator[Launcher]:
+    """Simulators and routers for one test; all stopped at teardown. Their logs show when a test fails."""
+    launcher = Launcher(tmp_path)
+    try:
+        yield launcher
+    finally:
+        launcher.stop_all()
+        sys.stderr.write(launcher.dump_logs() + "\n")  # captured: pytest prints it for failed tests only
+
+
+def url(proc: Proc, path: str, which: str = "port") -> str:
+    return f"http://127.0.0.1:{proc.ports[which]}{path}"
+
+
+def wait_sim_healthy(proc: Proc, timeout: float = 15.0) -> None:
+    def probe():
+        if proc.popen.poll() is not None:
+            pytest.fail(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log_tail()}")
+        return status_of(url(proc, "/health")) == 200
+
+    wait_until(probe, timeout, what=f"{proc.name} /health 200")
+
+
+def wait_router_ready(router: Proc, healthy: int = 2, timeout: float = 30.0) -> float:
+    t0 = time.monotonic()
+
+    def probe():
+        if router.popen.poll() is not None:
+            pytest.fail(f"router exited with {router.popen.returncode}:\n{router.log_tail()}")
+        status, body = http("GET", url(router, "/readiness"), timeout=2)
+        return status == 200 and isinstance(body, dict) and body.get("healthy_workers") == healthy
+
+    wait_until(probe, timeout, interval=0.1, what="router /readiness 200")
+    return time.monotonic() - t0
+
+
+def sim_requests(proc: Proc, path: str) -> list[dict]:
+    status, body = http("GET", url(proc, f"/sim/requests?path={path}"))
+    assert status == 200
+    return body
+
+
+def rooms(records: list[dict]) -> set:
+    return {r["bootstrap_room"] for r in records if r["bootstrap_room"] is not None}
+
+
+# --------------------------------------------------------------------------------------------------
+# the simulator's command line (in process: the parser the package builds from the 0.5.23 flag table)
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [DSV4_PREFILL, DSV4_DECODE], ids=["prefill", "decode"])
+def test_sim_parser_accepts_dsv4_flash_pd_command_lines(argv):
+    args = sim_cli.parse_args(["serve", *argv])
+    assert args.model_path == MODEL
+    assert args.tp_size == 4 and args.page_size == 256 and args.context_length == 8192
+    assert args.kv_cache_dtype == "fp8_e4m3" and args.attention_backend == "dsv4"
+    assert args.moe_runner_backend == "marlin" and args.mem_fraction_static == pytest.approx(0.70)
+    assert args.disaggregation_transfer_backend == "nixl" and args.disaggregation_bootstrap_port == 8998
+    assert args.dist_init_addr == "127.0.0.1:30335" and args.host == "127.0.0.1"
+    assert args.enable_metrics is True and args.trust_remote_code is True
+    if "prefill" in argv:
+        assert args.disaggregation_mode == "prefill" and args.port == 30000
+        assert args.chunked_prefill_size == 8192 and args.cuda_graph_backend_prefill == "disabled"
+    else:
+        assert args.disaggregation_mode == "decode" and args.port == 30001
+        assert args.cuda_graph_max_bs_decode == 64
+    # untouched flags keep sglang 0.5.23's defaults
+    assert args.dp_size == 1 and args.disaggregation_decode_allocation_policy == "early"
+
+
+def test_sim_parser_argparse_details():
+    args = sim_cli.parse_args(
+        ["--model", MODEL, "--tp", "2", "--context-length", "8K", "--cuda-graph-bs-decode", "1", "2", "4",
+         "--no-dllm-fdfo", "--log-requests-level", "3"]
+    )  # fmt: skip
+    assert args.tp_size == 2  # prefix of --tp-size
+    assert args.context_length == 8192  # human_readable_int: K is binary
+    assert args.cuda_graph_bs_decode == [1, 2, 4]  # a list flag
+    assert args.dllm_fdfo is False  # BooleanOptionalAction
+    assert args.log_requests_level == 3  # int choices
+
+
+def test_sim_parser_config_file(tmp_path):
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text(
+        "model-path: /m\ntp_size: 2\nenable-metrics: true  # a comment\ntrust-remote-code: false\n"
+        "cuda-graph-bs-decode:\n  - 1\n  - 8\n"
+    )
+    args = sim_cli.parse_args(["--config", str(cfg), "--tp-size", "4"])
+    assert args.model_path == "/m" and args.tp_size == 4  # the command line wins over the file
+    assert args.enable_metrics is True and args.trust_remote_code is False
+    assert args.cuda_graph_bs_decode == [1, 8]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--no-such-flag", "1"], "unrecognized arguments: --no-such-flag 1"),
+        (["--cuda-graph-max-bs", "64"], "ambiguous option: --cuda-graph-max-bs could match"),
+        (["--disaggregation-mode", "prefil"], "argument --disaggregation-mode: invalid choice: 'prefil'"),
+        (["--kv-cache-dtype", "fp8"], "argument --kv-cache-dtype: invalid choice: 'fp8'"),
+        (["--tp-size", "four"], "argument --tp-size/--tensor-parallel-size: invalid int value: 'four'"),
+    ],
+    ids=["unknown", "ambiguous", "choice", "choice-dtype", "type"],
+)
+def test_sim_parser_rejects_like_sglang(capsys, extra, message):
+    with pytest.raises(SystemExit) as exc:
+        sim_cli.parse_args(["--model-path", MODEL, *extra])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    if "ambiguous" in message:
+        assert "--cuda-graph-max-bs-decode" in err and "--cuda-graph-max-bs-prefill" in err
+
+
+def test_sim_parser_requires_model_path(capsys):
+    with pytest.raises(SystemExit) as exc:
+        sim_cli.parse_args(["--port", "30000"])
+    assert exc.value.code == 2
+    assert "the following arguments are required: --model-path" in capsys.readouterr().err
+
+
+def test_sim_cli_exit_codes_and_help():
+    env = {**os.environ, "PYTHONPATH": str(PDSIM_SRC)}
+    run = [sys.executable, "-m", "sglang_pd_sim"]
+    bad = subprocess.run([*run, "serve", "--model-path", MODEL, "--cuda-graph-max-bs", "8"],
+                         capture_output=True, text=True, env=env, timeout=30, check=False)  # fmt: skip
+    assert bad.returncode == 2 and "ambiguous option: --cuda-graph-max-bs" in bad.stderr
+    unknown = subprocess.run([*run, "--model-path", MODEL, "--bogus"],
+                             capture_output=True, text=True, env=env, timeout=30, check=False)  # fmt: skip
+    assert unknown.returncode == 2 and "unrecognized arguments: --bogus" in unknown.stderr
+    helped = subprocess.run([*run, "--help"], capture_output=True, text=True, env=env, timeout=30, check=False)
+    assert helped.returncode == 0
+    assert "--disaggregation-bootstrap-port" in helped.stdout and "SGLANG_SIM_STARTUP_DELAY" in helped.stdout
+
+
+def test_sim_knobs_from_environment():
+    knobs = sim_cli.load_knobs(
+        {"SGLANG_SIM_STARTUP_DELAY": "2.5", "SGLANG_SIM_FAIL": "generate:503, health:500,crash-after:3,bogus",
+         "SGLANG_SIM_HANDOFF_TIMEOUT": "x"}
+    )  # fmt: skip
+    assert knobs.startup_delay == 2.5 and knobs.fail_generate == 503 and knobs.fail_health == 500
+    assert knobs.crash_after == 3 and knobs.handoff_timeout == 30.0
+    assert any("bogus" in p for p in knobs.problems) and any("SGLANG_SIM_HANDOFF_TIMEOUT" in p for p in knobs.problems)
+
+
+# --------------------------------------------------------------------------------------------------
+# simulator processes on their own
+# --------------------------------------------------------------------------------------------------
+
+
+def test_sim_health_503_while_loading_then_200(pd_launcher, capsys):
+    sim = pd_launcher.sim("prefill", env={"SGLANG_SIM_STARTUP_DELAY": "1.5"})
+    t0 = time.monotonic()
+    first = wait_until(lambda: status_of(url(sim, "/health")), 10, what="the simulator to listen")
+    assert first == 503, "health must be 503 during the start-up delay"
+    assert http("POST", url(sim, "/generate"), {"text": "x", "bootstrap_room": 1})[0] == 503
+    assert status_of(url(sim, "/health", "bootstrap")) == 200  # the bootstrap server is up at once
+    wait_sim_healthy(sim)
+    elapsed = time.monotonic() - t0
+    assert elapsed >= 1.2
+    report(capsys, f"health 503 -> 200 after {elapsed:.2f}s (SGLANG_SIM_STARTUP_DELAY=1.5)")
+    status, info = http("GET", url(sim, "/server_info"))
+    assert status == 200 and info["disaggregation_mode"] == "prefill" and info["version"] == "0.5.23"
+    assert info["disaggregation_bootstrap_port"] == sim.ports["bootstrap"] and info["tp_size"] == 1
+    assert info["served_model_name"] == MODEL and isinstance(info["internal_states"], list)
+    status, model_info = http("GET", url(sim, "/get_model_info"))
+    assert status == 200 and model_info["architectures"] == ["DeepseekV4ForCausalLM"]
+    status, metrics = http("GET", url(sim, "/metrics"))
+    assert status == 200 and "sglang:num_running_reqs" in metrics
+
+
+def test_decode_fails_request_for_room_prefill_never_saw(pd_launcher, capsys):
+    prefill = pd_launcher.sim("prefill")
+    decode = pd_launcher.sim("decode", env={"SGLANG_SIM_HANDOFF_TIMEOUT": "0.6"})
+    wait_sim_healthy(prefill)
+    wait_sim_healthy(decode)
+    room = 4242424242
+    body = {"text": "who answers?", "sampling_params": {"max_new_tokens": 4}, "bootstrap_host": "127.0.0.1",
+            "bootstrap_port": prefill.ports["bootstrap"], "bootstrap_room": room}  # fmt: skip
+    t0 = time.monotonic()
+    status, err = http("POST", url(decode, "/generate"), body)
+    waited = time.monotonic() - t0
+    assert status == 500
+    assert f"KVTransferError(bootstrap_room={room})" in err["error"]["message"]
+    assert "prefill has not seen this bootstrap_room" in err["error"]["message"]
+    assert 0.5 <= waited < 5
+    report(capsys, f"decode failed the unknown room after {waited:.2f}s (SGLANG_SIM_HANDOFF_TIMEOUT=0.6)")
+    assert rooms(sim_requests(prefill, "/generate")) == set()
+    [record] = sim_requests(decode, "/generate")
+    assert record["bootstrap_room"] == room and record["status"] == 500
+
+    # the same room, once prefill has seen it, goes through (prefill first, then decode)
+    status, out = http("POST", url(prefill, "/generate"), body)
+    assert status == 200 and out["meta_info"]["completion_tokens"] == 1
+    status, out = http("POST", url(decode, "/generate"), body)
+    assert status == 200 and out["meta_info"]["completion_tokens"] == 4
+    # and a decode whose page size differs from the prefill's refuses the KV
+    odd = pd_launcher.sim("decode", "--page-size", "64", env={"SGLANG_SIM_HANDOFF_TIMEOUT": "0.6"})
+    wait_sim_healthy(odd)
+    status, err = http("POST", url(odd, "/generate"), body)
+    assert status == 500 and "page_size mismatch" in err["error"]["message"]
+
+
+def test_sim_api_key_and_sigterm(pd_launcher, capsys):
+    sim = pd_launcher.sim("decode", "--api-key", "sekret", "--served-model-name", "dsv4-flash")
+    wait_sim_healthy(sim)  # /health stays open
+    assert http("GET", url(sim, "/v1/models"))[0] == 401
+    status, models = http("GET", url(sim, "/v1/models"), headers={"Authorization": "Bearer sekret"})
+    assert status == 200 and models["data"][0]["id"] == "dsv4-flash"
+    t0 = time.monotonic()
+    sim.popen.send_signal(signal.SIGTERM)
+    rc = sim.popen.wait(10)
+    took = time.monotonic() - t0
+    assert rc == 0 and took < 3
+    report(capsys, f"SIGTERM -> exit 0 in {took:.2f}s")
+    assert "Received SIGTERM" in sim.log_tail()
+
+
+# --------------------------------------------------------------------------------------------------
+# behind the real router
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pd_stack(pd_launcher, capsys):
+    pytest.importorskip("sglang_router")
+    prefill = pd_launcher.sim("prefill")
+    decode = pd_launcher.sim("decode", env={"SGLANG_SIM_HANDOFF_TIMEOUT": "5"})
+    wait_sim_healthy(prefill)
+    wait_sim_healthy(decode)
+    # a decode that looks healthy to the router until it is gone (no health verdict races the test)
+    router = pd_launcher.router(prefill, decode, "--health-failure-threshold", "100")
+    ready = wait_router_ready(router)
+    report(capsys, f"router /readiness 200 with 2 healthy workers after {ready:.2f}s")
+    return prefill, decode, router
+
+
+def test_router_pd_generate_and_stream_reach_decode_with_one_bootstrap_room(pd_stack, capsys):
+    prefill, decode, router = pd_stack
+    status, workers = http("GET", url(router, "/workers"))
+    assert status == 200
+    types = {w["worker_type"]: w for w in workers["workers"]}
+    assert types["prefill"]["bootstrap_port"] == prefill.ports["bootstrap"] and types["decode"]["is_healthy"]
+
+    t0 = time.monotonic()
+    status, out = http("POST", url(router, "/generate"),
+                       {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 8}})  # fmt: skip
+    gen_latency = time.monotonic() - t0
+    assert status == 200, out
+    assert out["meta_info"]["completion_tokens"] == 8 and len(out["output_ids"]) == 8  # decode's answer
+    assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 8}
+    [p_rec] = sim_requests(prefill, "/generate")
+    [d_rec] = sim_requests(decode, "/generate")
+    assert p_rec["bootstrap_room"] == d_rec["bootstrap_room"] and p_rec["bootstrap_room"] is not None
+    assert p_rec["status"] == d_rec["status"] == 200
+
+    t0 = time.monotonic()
+    req = urllib.request.Request(
+        url(router, "/v1/chat/completions"),
+        data=json.dumps(
+            {"model": "dsv4", "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 5, "stream": True}
+        ).encode(),
+        headers=JSON_HEADERS,
+        method="POST",
+    )
+    events, first_chunk = [], None
+    with urllib.request.urlopen(req, timeout=20) as resp:
+        assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
+        for raw in resp:
+            line = raw.decode().strip()
+            if not line.startswith("data:"):
+                continue
+            first_chunk = first_chunk or time.monotonic() - t0
+            payload = line[len("data:") :].strip()
+            if payload == "[DONE]":
+                events.append(payload)
+                break
+            events.append(json.loads(payload))
+    stream_latency = time.monotonic() - t0
+    assert events[-1] == "[DONE]"
+    chunks = [e for e in events[:-1] if e["object"] == "chat.completion.chunk"]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert len(content.split()) == 5 and chunks[-1]["choices"][0]["finish_reason"] == "length"
+    [p_chat] = sim_requests(prefill, "/v1/chat/completions")
+    [d_chat] = sim_requests(decode, "/v1/chat/completions")
+    assert p_chat["bootstrap_room"] == d_chat["bootstrap_room"] is not None
+    assert p_chat["bootstrap_room"] != p_rec["bootstrap_room"]  # a new room per request
+    report(capsys, f"/generate via router {1000 * gen_latency:.1f} ms; streaming chat first chunk "
+                   f"{1000 * first_chunk:.1f} ms, done {1000 * stream_latency:.1f} ms")  # fmt: skip
+
+
+def test_router_answers_502_when_decode_is_down(pd_stack, capsys):
+    prefill, decode, router = pd_stack
+    status, _ = http("POST", url(router, "/generate"), {"text": "warm up", "sampling_params": {"max_new_tokens": 2}})
+    assert status == 200
+    before = len(sim_requests(prefill, "/generate"))
+    decode.popen.kill()  # no goodbye: the process is simply gone
+    decode.popen.wait(5)
+    t0 = time.monotonic()
+    status, body = http("POST", url(router, "/generate"), {"text": "anyone?", "sampling_params": {"max_new_tokens": 2}})
+    took = time.monotonic() - t0
+    assert status == 502, body
+    assert "decode" in json.dumps(body).lower()
+    report(capsys, f"router 502 {1000 * took:.0f} ms after decode was killed")
+    # the prefill half went out, once per router attempt, each with a fresh room that no decode answered
+    attempts = sim_requests(prefill, "/generate")[before:]
+    assert len(attempts) >= 1 and len(rooms(attempts)) == len(attempts)
+    report(capsys, f"prefill saw {len(attempts)} attempt(s) for the failed request")
