@@ -2,7 +2,7 @@
 # Apache License 2.0 (see galaxy.yml)
 """Command lines of the sglang workers and the router, built in one place.
 
-A *profile* (``roles/worker/vars/profiles/<name>.yml``) holds the model's flags as data; the
+A *profile* (``profiles/<name>.yml``) holds the model's flags as data; the
 inventory holds the instances (ports, tp size, extra flags). The functions here merge them into
 ordered flag mappings and render those as argument lines, one flag per line, for the unit template
 and for the flag check. Nothing else in the collection spells a flag.
