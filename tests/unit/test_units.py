@@ -1,0 +1,215 @@
+"""Unit specs and command lines: profile + placement + inventory -> what a unit runs."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
+from ansible_collections.disagg.sglang.plugins.module_utils import units
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILE = yaml.safe_load((REPO / "profiles" / "deepseek_v4_flash_sm120.yml").read_text())
+SETTINGS = {
+    "model_path": "/models/DeepSeek-V4-Flash",
+    "served_model_name": "deepseek-v4-flash",
+    "host": "127.0.0.1",
+    "dist_init_host": "127.0.0.1",
+    "venv": "/opt/sglang/venv",
+    "server_module": "sglang.launch_server",
+    "numactl_path": "/usr/bin/numactl",
+    "unit_prefix": "sglang-",
+}
+PREFILL = {"name": "prefill0", "tp": 4, "port": 30000, "bootstrap_port": 8998, "dist_init_port": 30335}
+DECODE = {"name": "decode0", "tp": 4, "port": 30001, "bootstrap_port": 8999, "dist_init_port": 30435}
+PLACEMENT = [
+    {"name": "prefill0", "gpus": [0, 1, 2, 3], "numa_node": 0, "cpus": list(range(32)), "warnings": []},
+    {"name": "decode0", "gpus": [4, 5, 6, 7], "numa_node": 1, "cpus": list(range(32, 64)), "warnings": []},
+]
+
+
+def lines_of(role, instance, **settings):
+    return sf.render_lines(sf.worker_flags(PROFILE, role, instance, dict(SETTINGS, **settings)))
+
+
+def as_dict(lines):
+    return {line[0]: line[1:] for line in lines}
+
+
+@pytest.mark.parametrize(
+    ("role", "instance", "expected"),
+    [
+        (
+            "prefill",
+            PREFILL,
+            {
+                "--disaggregation-mode": ["prefill"],
+                "--tp-size": ["4"],
+                "--port": ["30000"],
+                "--disaggregation-bootstrap-port": ["8998"],
+                "--dist-init-addr": ["127.0.0.1:30335"],
+                "--page-size": ["256"],
+                "--kv-cache-dtype": ["fp8_e4m3"],
+                "--attention-backend": ["dsv4"],
+                "--moe-runner-backend": ["marlin"],
+                "--context-length": ["8192"],
+                "--chunked-prefill-size": ["8192"],
+                "--mem-fraction-static": ["0.7"],
+                "--cuda-graph-backend-prefill": ["disabled"],
+                "--cuda-graph-backend-decode": ["disabled"],
+                "--disaggregation-transfer-backend": ["nixl"],
+                "--trust-remote-code": [],
+            },
+        ),
+        (
+            "decode",
+            DECODE,
+            {
+                "--disaggregation-mode": ["decode"],
+                "--port": ["30001"],
+                "--dist-init-addr": ["127.0.0.1:30435"],
+                "--mem-fraction-static": ["0.6"],
+                "--cuda-graph-max-bs-decode": ["64"],
+                "--page-size": ["256"],
+                "--kv-cache-dtype": ["fp8_e4m3"],
+            },
+        ),
+    ],
+)
+def test_profile_renders_each_flag_once_with_its_value(role, instance, expected):
+    lines = lines_of(role, instance)
+    flags = [line[0] for line in lines]
+    assert len(flags) == len(set(flags)), f"a flag appears twice: {flags}"
+    rendered = as_dict(lines)
+    for flag, values in expected.items():
+        assert rendered.get(flag) == values, f"{flag}: {rendered.get(flag)} != {values}"
+    assert "--cuda-graph-max-bs" not in rendered, "the ambiguous spelling must never be rendered"
+    assert "--disable-cuda-graph" not in rendered, "the deprecated spelling must never be rendered"
+
+
+def test_decode_keeps_cuda_graphs_and_prefill_chunking_stays_on_prefill():
+    decode = as_dict(lines_of("decode", DECODE))
+    assert "--cuda-graph-backend-decode" not in decode
+    assert "--chunked-prefill-size" not in decode
+
+
+@pytest.mark.parametrize(
+    ("where", "layer", "message"),
+    [
+        ("extra", {"extra_flags": {"port": 1234}}, "sglang_prefill_extra_flags sets --port"),
+        ("instance", {"instance_flags": {"--tp-size": 8}}, "prefill instance prefill0 sets --tp-size"),
+        ("model", {"model_path": ""}, "sglang_model_path is empty"),
+    ],
+)
+def test_identity_flags_have_one_source(where, layer, message):
+    instance = dict(PREFILL, flags=layer.pop("instance_flags", None))
+    with pytest.raises(sf.FlagError, match=message):
+        lines_of("prefill", instance, **layer)
+
+
+def test_extra_and_instance_flags_override_the_profile_in_order():
+    instance = dict(PREFILL, flags={"moe-runner-backend": "triton"})
+    lines = lines_of("prefill", instance, extra_flags={"moe-runner-backend": "flashinfer_mxfp4", "log-level": "debug"})
+    rendered = as_dict(lines)
+    assert rendered["--moe-runner-backend"] == ["triton"]
+    assert rendered["--log-level"] == ["debug"]
+
+
+def test_false_and_null_leave_a_flag_out():
+    lines = lines_of("prefill", PREFILL, extra_flags={"trust-remote-code": False, "enable-metrics": None})
+    rendered = as_dict(lines)
+    assert "--trust-remote-code" not in rendered
+    assert "--enable-metrics" not in rendered
+
+
+def test_worker_units_carry_the_placement_and_one_numa_owner():
+    specs = units.worker_units([PREFILL], PLACEMENT, PROFILE, "prefill", SETTINGS) + units.worker_units(
+        [DECODE], PLACEMENT, PROFILE, "decode", SETTINGS
+    )
+    prefill, decode = specs
+    assert prefill["unit"] == "sglang-prefill0"
+    assert prefill["exec"][:3] == ["/usr/bin/numactl", "--cpunodebind=0", "--membind=0"]
+    assert decode["exec"][:3] == ["/usr/bin/numactl", "--cpunodebind=1", "--membind=1"]
+    assert prefill["exec"][3:] == ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server"]
+    assert prefill["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert decode["env"]["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+    assert decode["cpus"] == "32-63"
+    for spec in specs:
+        assert spec["env"]["SGLANG_AUTO_NUMA_BIND"] == "0"
+        assert spec["env"]["SGLANG_DISAGGREGATION_NIXL_BACKEND"] == "UCX"
+    assert prefill["health_url"] == "http://127.0.0.1:30000/health"
+
+
+def test_unknown_numa_binds_cpus_and_nothing_known_leaves_sglang_alone():
+    cpus_only = [{"name": "prefill0", "gpus": [0], "numa_node": None, "cpus": [0, 1, 2, 5], "warnings": ["x"]}]
+    spec = units.worker_units([dict(PREFILL, tp=1)], cpus_only, PROFILE, "prefill", SETTINGS)[0]
+    assert spec["exec"][:2] == ["/usr/bin/numactl", "--physcpubind=0-2,5"]
+    assert spec["warnings"] == ["x"]
+    nothing = [{"name": "prefill0", "gpus": [0], "numa_node": None, "cpus": [], "warnings": []}]
+    spec = units.worker_units([dict(PREFILL, tp=1)], nothing, PROFILE, "prefill", SETTINGS)[0]
+    assert spec["exec"][0] == "/opt/sglang/venv/bin/python"
+    assert "SGLANG_AUTO_NUMA_BIND" not in spec["env"]
+
+
+def test_an_instance_without_placement_is_an_error():
+    with pytest.raises(sf.FlagError, match="prefill instance prefill9 has no placement"):
+        units.worker_units([dict(PREFILL, name="prefill9")], PLACEMENT, PROFILE, "prefill", SETTINGS)
+
+
+HOSTVARS = {
+    "gpu-a": {
+        "ansible_host": "10.0.0.1",
+        "sglang_prefill_instances": [PREFILL, dict(PREFILL, name="p1", port=30010, bootstrap_port=9008)],
+    },
+    "gpu-b": {"sglang_advertise_address": "10.0.0.2", "sglang_decode_instances": [DECODE]},
+}
+
+
+@pytest.mark.parametrize(
+    ("colocated", "urls"),
+    [
+        (True, ["http://127.0.0.1:30000", "http://127.0.0.1:30010", "http://127.0.0.1:30001"]),
+        (False, ["http://10.0.0.1:30000", "http://10.0.0.1:30010", "http://10.0.0.2:30001"]),
+    ],
+)
+def test_router_dials_every_instance_of_the_inventory(colocated, urls):
+    workers = units.pd_workers({"prefill": ["gpu-a"], "decode": ["gpu-b"]}, HOSTVARS, colocated)
+    assert [w["url"] for w in workers] == urls
+    prefills = [w for w in workers if w["role"] == "prefill"]
+    decodes = [w for w in workers if w["role"] == "decode"]
+    spec = units.router_unit(prefills, decodes, {"venv": "/v", "flags": {"host": "0.0.0.0", "port": 8000}})
+    assert spec["lines"][:4] == [
+        ["--pd-disaggregation"],
+        ["--prefill", urls[0], "8998"],
+        ["--prefill", urls[1], "9008"],
+        ["--decode", urls[2]],
+    ]
+    assert ["--host", "0.0.0.0"] in spec["lines"]
+    assert spec["health_url"] == "http://127.0.0.1:8000/readiness"
+    assert spec["expected_workers"] == 3
+
+
+def test_router_refuses_a_prefill_without_bootstrap_port():
+    with pytest.raises(sf.FlagError, match="has no bootstrap_port"):
+        units.router_unit(
+            [{"url": "http://h:1", "bootstrap_port": None}], [{"url": "http://h:2"}], {"venv": "/v", "flags": {}}
+        )
+
+
+@pytest.mark.parametrize(
+    ("token", "quoted"),
+    [
+        ("--port", "--port"),
+        ("0.7", "0.7"),
+        ("a b", '"a b"'),
+        ("50%", "50%%"),
+        ("$HOME", '"$$HOME"'),
+        ('{"x": 1}', '"{\\"x\\": 1}"'),
+    ],
+)
+def test_systemd_quoting(token, quoted):
+    assert sf.systemd_quote(token) == quoted
+
+
+def test_cpu_list_is_the_kernel_format():
+    assert units.cpu_list([3, 0, 1, 2, 8, 10, 9, 12]) == "0-3,8-10,12"
+    assert units.cpu_list([]) == ""
