@@ -1,0 +1,108 @@
+"""Controller-side access to the real sglang parser (any Python >= 3.11; stdlib only).
+
+build_venv.sh makes the Python 3.11 venv; real_parser.py runs inside it. Tests use:
+
+    python = ensure_venv()                      # raises ParserUnavailable, saying why
+    results = parse_argvs(python, {"prefill0": [...], "decode0": [...]})
+    text = help_text(python)                    # what `sglang serve --help` prints (80 columns)
+
+Run as a script to refresh the help fixture the flag check's unit tests read:
+
+    python tests/sglang_parser/real_parser_client.py capture-help tests/fixtures/cli_help/sglang-0.5.23-help.txt
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+BUILD_SCRIPT = HERE / "build_venv.sh"
+PARSER_SCRIPT = HERE / "real_parser.py"
+HELP_FIXTURE = ROOT / "tests" / "fixtures" / "cli_help" / "sglang-0.5.23-help.txt"
+
+# argparse's help depends on the terminal width and, for choices built from sets, on the hash seed:
+# pin both so the output is the same on every machine (80 columns: what a pipe gets by default).
+HELP_ENV = {"COLUMNS": "80", "PYTHONHASHSEED": "0", "LC_ALL": "C"}
+
+
+class ParserUnavailable(RuntimeError):
+    """The real parser's venv could not be built or the parser could not run."""
+
+
+def _tail(text, lines=40):
+    return "\n".join((text or "").strip().splitlines()[-lines:])
+
+
+def ensure_venv(timeout=900):
+    """Build (or reuse) .cache/sglang-parser-venv; return (python path, seconds spent)."""
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise ParserUnavailable(f"{BUILD_SCRIPT} did not finish within {timeout}s") from exc
+    if proc.returncode != 0:
+        raise ParserUnavailable(
+            f"{BUILD_SCRIPT} failed (exit status {proc.returncode}):\n{_tail(proc.stderr)}\n{_tail(proc.stdout)}"
+        )
+    python = Path(proc.stdout.strip().splitlines()[-1])
+    if not python.is_file():
+        raise ParserUnavailable(f"{BUILD_SCRIPT} printed {python}, which is not a file")
+    return python, time.monotonic() - started
+
+
+def run_parser(python, args, stdin=None, env=None, timeout=120):
+    """Run real_parser.py under the venv's python; returns the CompletedProcess."""
+    full_env = dict(os.environ, **HELP_ENV, **(env or {}))
+    return subprocess.run(
+        [str(python), str(PARSER_SCRIPT), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        check=False,
+    )
+
+
+def _checked(proc, what):
+    if proc.returncode != 0:
+        raise ParserUnavailable(f"real_parser.py {what} failed (exit status {proc.returncode}):\n{_tail(proc.stderr)}")
+    return proc.stdout
+
+
+def info(python):
+    """{"version", "prog", "allow_abbrev", "actions"} of the real parser."""
+    return json.loads(_checked(run_parser(python, ["--info"]), "--info"))
+
+
+def parse_argvs(python, argvs):
+    """{name: argv} -> {name: result} (see real_parser.py for the result's keys)."""
+    request = {name: [str(token) for token in argv] for name, argv in argvs.items()}
+    return json.loads(_checked(run_parser(python, [], stdin=json.dumps(request)), "(parse)"))
+
+
+def help_text(python):
+    """The real parser's --help, as `sglang serve --help` prints it into a pipe."""
+    return _checked(run_parser(python, ["--help"]), "--help")
+
+
+def main(argv):
+    if len(argv) == 2 and argv[0] == "capture-help":
+        python, _ = ensure_venv()
+        Path(argv[1]).write_text(help_text(python))
+        print(f"wrote {argv[1]}")
+        return 0
+    if argv == ["build"]:
+        python, seconds = ensure_venv()
+        print(f"{python} ({seconds:.1f}s)")
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
