@@ -30,6 +30,9 @@ from sglang_pd_sim import cli as sim_cli  # noqa: E402
 
 MODEL = "/models/DeepSeek-V4-Flash"
 JSON_HEADERS = {"Content-Type": "application/json"}
+# loopback only: never through a proxy named in the environment (the router's HTTP client honours them too)
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+PROXY_VARS = {"http_proxy", "https_proxy", "all_proxy"}
 
 # The DeepSeek-V4-Flash sm_120 deployment, as the collection renders it (TP4 + TP4, marlin, NIXL).
 DSV4_COMMON = [
@@ -64,7 +67,7 @@ def http(method: str, url: str, body=None, headers: dict | None = None, timeout:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method, headers={**JSON_HEADERS, **(headers or {})})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with DIRECT.open(req, timeout=timeout) as resp:
             status, raw = resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         status, raw = exc.code, exc.read()
@@ -89,7 +92,7 @@ def wait_until(probe, timeout: float, interval: float = 0.05, what: str = "condi
 
 def status_of(url: str) -> int:
     try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
+        with DIRECT.open(url, timeout=2) as resp:
             return resp.status
     except urllib.error.HTTPError as exc:
         return exc.code
@@ -133,7 +136,8 @@ class Launcher:
 
     def _spawn(self, name: str, argv: list[str], env: dict | None = None, **ports) -> Proc:
         log_path = self.tmp_path / f"{name}.log"
-        full_env = {**os.environ, **(env or {})}
+        full_env = {k: v for k, v in os.environ.items() if k.lower() not in PROXY_VARS}
+        full_env.update(env or {}, NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
         full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PDSIM_SRC), full_env.get("PYTHONPATH")]))
         with open(log_path, "wb") as log:
             popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=self.tmp_path)
@@ -446,7 +450,7 @@ def test_router_pd_generate_and_stream_reach_decode_with_one_bootstrap_room(pd_s
         method="POST",
     )
     events, first_chunk = [], None
-    with urllib.request.urlopen(req, timeout=20) as resp:
+    with DIRECT.open(req, timeout=20) as resp:
         assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
         for raw in resp:
             line = raw.decode().strip()

@@ -38,6 +38,8 @@ MAX_RECORDS = 20000
 MAX_ROOMS = 100000
 MAX_TOKENS_CAP = 65536
 POLL_INTERVAL = 0.02
+# decode talks to a prefill directly, never through an HTTP proxy from the environment
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class HandoffError(Exception):
@@ -62,6 +64,7 @@ class SimState:
         self.ready = threading.Event()
         self.stop = threading.Event()
         self.lock = threading.Lock()
+        self.kv_changed = threading.Condition(self.lock)
         self.records: collections.deque = collections.deque(maxlen=MAX_RECORDS)
         self.kv: collections.OrderedDict = collections.OrderedDict()  # prefill: room -> handoff record
         self.dp_ranks: dict = {}
@@ -90,17 +93,25 @@ class SimState:
             self.kv[room] = {"bootstrap_room": room, "rid": rid, "state": "waiting", "seen_at": time.time()}
             while len(self.kv) > MAX_ROOMS:
                 self.kv.popitem(last=False)
+            self.kv_changed.notify_all()
 
     def kv_done(self, room: int) -> None:
         with self.lock:
             if room in self.kv:
                 self.kv[room]["state"] = "transferred"
                 self.kv[room]["done_at"] = time.time()
+            self.kv_changed.notify_all()
 
-    def kv_get(self, room: int) -> dict | None:
+    def kv_get(self, room: int, wait: float = 0.0) -> dict | None:
+        """The handoff record of a room; with wait > 0, long-poll until it is transferred (or wait ends)."""
+        deadline = time.monotonic() + min(max(wait, 0.0), 10.0)
         with self.lock:
-            entry = self.kv.get(room)
-            return dict(entry) if entry else None
+            while True:
+                entry = self.kv.get(room)
+                remaining = deadline - time.monotonic()
+                if (entry and entry["state"] == "transferred") or remaining <= 0 or self.stop.is_set():
+                    return dict(entry) if entry else None
+                self.kv_changed.wait(min(remaining, 0.5))
 
     def handoff_info(self) -> dict:
         a = self.args
@@ -289,6 +300,9 @@ class BaseHandler(BaseHTTPRequestHandler):
     def do_DELETE(self):
         self.dispatch()
 
+    def do_HEAD(self):
+        self.dispatch()
+
     def route(self, path: str) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
@@ -322,7 +336,11 @@ class BaseHandler(BaseHTTPRequestHandler):
             return True
         if path.startswith("/sim/kv/") and self.command == "GET":
             room = _as_room(path.rsplit("/", 1)[1])
-            entry = self.state.kv_get(room) if room is not None else None
+            try:
+                wait = float((parse_qs(urlsplit(self.path).query).get("wait") or ["0"])[0])
+            except ValueError:
+                wait = 0.0
+            entry = self.state.kv_get(room, wait) if room is not None else None
             body = {"handoff": self.state.handoff_info()}
             if entry is None:
                 body.update(bootstrap_room=room, state="unknown")
@@ -356,7 +374,7 @@ class BootstrapHandler(BaseHandler):
             return
         st = self.state
         a = st.args
-        if path == "/health" and self.command == "GET":
+        if path == "/health" and self.command in ("GET", "HEAD"):
             self.send_text(200, "OK")
         elif path == "/route" and self.command == "GET":
             qs = parse_qs(urlsplit(self.path).query)
@@ -419,7 +437,7 @@ class WorkerHandler(BaseHandler):
             self.send_json(401, {"error": "Unauthorized"})
             return
         if path in ("/health", "/health_generate"):
-            if self.command != "GET":
+            if self.command not in ("GET", "HEAD"):
                 self.send_json(405, {"detail": "Method Not Allowed"})
             elif st.knobs.fail_health is not None:
                 self.send_text(st.knobs.fail_health, "simulated health failure")
@@ -441,7 +459,7 @@ class WorkerHandler(BaseHandler):
             "/metrics": self.metrics,
         }
         if path in get_routes:
-            if self.command != "GET":
+            if self.command not in ("GET", "HEAD"):
                 self.send_json(405, {"detail": "Method Not Allowed"})
             else:
                 get_routes[path]()
@@ -672,12 +690,13 @@ class WorkerHandler(BaseHandler):
             raise HandoffError(f"KVTransferError(bootstrap_room={room}): request {self._rid} has no bootstrap_host")
         port = port if port not in (None, "") else 8998  # a null bootstrap_port: SGLang's default
         netloc = f"[{host}]:{port}" if ":" in str(host) and not str(host).startswith("[") else f"{host}:{port}"
-        url = f"http://{netloc}/sim/kv/{room}"
         deadline = time.monotonic() + timeout
         phase, why = "Bootstrapping", "no answer from the prefill bootstrap server"
         while True:
+            wait = max(0.0, min(1.0, deadline - time.monotonic()))  # long-poll: answered as soon as KV lands
+            url = f"http://{netloc}/sim/kv/{room}?wait={wait:.3f}"
             try:
-                with urllib.request.urlopen(url, timeout=max(0.2, min(2.0, timeout))) as resp:
+                with DIRECT.open(url, timeout=wait + 2.0) as resp:
                     data = json.loads(resp.read() or b"{}")
                 if data.get("state") == "transferred":
                     self.check_compat(data.get("handoff") or {}, room, netloc)
