@@ -13,5 +13,6 @@ _link = COLLECTIONS / "ansible_collections" / "disagg" / "sglang"
 if not _link.exists():
     _link.parent.mkdir(parents=True, exist_ok=True)
     _link.symlink_to(REPO)
-if str(COLLECTIONS) not in sys.path:
-    sys.path.insert(0, str(COLLECTIONS))
+for _path in (COLLECTIONS, Path(__file__).resolve().parent):  # the collection; topology_fakes
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
