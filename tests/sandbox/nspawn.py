@@ -1,0 +1,571 @@
+"""Sandbox host lifecycle: the cached rootfs, overlay roots, veth pairs, cgroups, systemd-nspawn.
+
+A sandbox NAME is N hosts NAME-1..N. Each host is a systemd-nspawn container booting real
+systemd from an overlayfs (lower: the shared Debian rootfs, upper: its own dir), reachable
+over its own veth pair (a /30 from SUBNET: host side .1, guest side .2; the host forwards
+between the sandbox's veths so hosts reach each other, and the guests get no route out).
+Everything a host owns is recorded in its host.json before it is created, so `down` can
+remove it all: processes, veth, mounts, cgroup dirs, files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from . import fakegpu
+
+REPO = Path(__file__).resolve().parents[2]
+STATE_ROOT = REPO / ".cache" / "sandbox"
+CACHE = Path(os.environ.get("DISAGG_SANDBOX_CACHE", "/var/cache/disagg-sglang"))
+WHEELHOUSE = CACHE / "wheelhouse"
+SUBNET = ipaddress.ip_network(os.environ.get("DISAGG_SANDBOX_SUBNET", "10.213.0.0/16"))
+CGROUP_PARENT = "disagg-sandbox"
+GUEST_IF = "host0"
+SUITE = "bookworm"
+PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "iproute2",
+            "openssh-server", "sudo", "ca-certificates", "numactl", "curl"]
+# Units that only cost boot time in a throwaway container.
+MASKED_UNITS = ["apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer",
+                "e2scrub_reap.service", "dpkg-db-backup.timer", "systemd-firstboot.service",
+                "getty@tty1.service", "console-getty.service"]
+# Bump when the customisation below changes: it is part of the cache key.
+ROOTFS_RECIPE = "3"
+BOOT_TIMEOUT = 90.0
+
+
+class SandboxError(RuntimeError):
+    pass
+
+
+def log(msg: str) -> None:
+    print(f"sandbox: {msg}", file=sys.stderr, flush=True)
+
+
+def run(*cmd: str, check: bool = True, capture: bool = False, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, text=True, check=False,
+                          stdout=subprocess.PIPE if capture else None,
+                          stderr=subprocess.PIPE if capture else None, **kw)
+    if check and proc.returncode:
+        detail = (proc.stderr or "").strip() if capture else ""
+        raise SandboxError(f"{' '.join(cmd)} exited {proc.returncode}{': ' + detail if detail else ''}")
+    return proc
+
+
+@contextlib.contextmanager
+def locked(name: str):
+    """A machine-wide lock (flock on a file in the cache dir)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+# ---------------------------------------------------------------- rootfs
+
+def debian_mirror() -> str:
+    """The machine's own Debian mirror, read from its apt sources (deb822 or one-line)."""
+    if os.environ.get("DISAGG_SANDBOX_MIRROR"):
+        return os.environ["DISAGG_SANDBOX_MIRROR"]
+    sources = Path("/etc/apt/sources.list.d")
+    files = [*sorted(sources.glob("*.sources")), Path("/etc/apt/sources.list"), *sorted(sources.glob("*.list"))]
+    for path in files:
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if path.suffix == ".sources":
+            for stanza in text.split("\n\n"):
+                fields = {}
+                for line in stanza.splitlines():
+                    if line.strip() and not line.lstrip().startswith("#") and ":" in line:
+                        key, _, value = line.partition(":")
+                        fields[key.strip().lower()] = value.split()
+                if ("deb" in fields.get("types", []) and SUITE in fields.get("suites", [])
+                        and fields.get("enabled", ["yes"])[0] != "no" and fields.get("uris")):
+                    return fields["uris"][0]
+        else:
+            for line in text.splitlines():
+                words = re.sub(r"\[[^]]*\]", " ", line.split("#", 1)[0]).split()  # drop [options]
+                if len(words) >= 3 and words[0] == "deb" and words[2] == SUITE:
+                    return words[1]
+    raise SandboxError(f"no 'deb ... {SUITE}' source in /etc/apt/sources.list(.d); "
+                       "set DISAGG_SANDBOX_MIRROR to a Debian mirror")
+
+
+def rootfs_key() -> str:
+    return hashlib.sha256(f"{SUITE} {' '.join(PACKAGES)} {ROOTFS_RECIPE}".encode()).hexdigest()[:12]
+
+
+def rootfs_paths() -> tuple[Path, Path]:
+    key = rootfs_key()
+    return CACHE / f"rootfs-{SUITE}-{key}.tar.zst", CACHE / f"rootfs-{SUITE}-{key}"
+
+
+def customize_rootfs(root: Path) -> None:
+    """Shape a fresh debootstrap tree into a container image that boots fast."""
+    for pattern in ("var/cache/apt/*.bin", "var/cache/apt/archives/*.deb", "var/lib/apt/lists/*",
+                    "usr/share/doc/*", "usr/share/man/*", "usr/share/info/*", "usr/share/locale/*"):
+        for path in root.glob(pattern):
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    for name in ("etc/hostname", "etc/machine-id"):  # per host: nspawn sets the hostname, up writes the id
+        (root / name).unlink(missing_ok=True)
+    (root / "etc/machine-id").write_text("")
+    (root / "etc/default/locale").write_text("LANG=C.UTF-8\n")
+    (root / "etc/ssh/sshd_config.d/sandbox.conf").write_text(
+        "# disagg sandbox: root logs in with the key that `up` puts in\n"
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\n")
+    (root / "opt/wheelhouse").mkdir(parents=True, exist_ok=True)
+    run("systemctl", f"--root={root}", "enable", "systemd-networkd.service", capture=True)
+    run("systemctl", f"--root={root}", "mask", *MASKED_UNITS, capture=True)
+
+
+def ensure_rootfs() -> Path:
+    """The extracted base rootfs, built with debootstrap once and cached as a tarball."""
+    tarball, base = rootfs_paths()
+    ready = base.with_name(base.name + ".ready")
+    with locked("rootfs"):
+        if ready.exists():
+            return base
+        shutil.rmtree(base, ignore_errors=True)
+        if tarball.exists():
+            started = time.monotonic()
+            tmp = base.with_name(base.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            run("tar", "-C", str(tmp), "--numeric-owner", "--xattrs", "--xattrs-include=*",
+                "-I", "zstd", "-xf", str(tarball))
+            tmp.rename(base)
+            log(f"rootfs extracted from {tarball} in {time.monotonic() - started:.1f} s")
+        else:
+            build_rootfs(tarball, base)
+        ready.touch()
+    return base
+
+
+def build_rootfs(tarball: Path, base: Path) -> None:
+    mirror = debian_mirror()
+    work = base.with_name(base.name + ".build")
+    shutil.rmtree(work, ignore_errors=True)
+    started = time.monotonic()
+    log(f"building the {SUITE} rootfs with debootstrap (about a minute, once)")
+    proc = run("debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(work),
+               mirror, check=False, capture=True)
+    if proc.returncode:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
+        shutil.rmtree(work, ignore_errors=True)
+        raise SandboxError(f"debootstrap failed ({proc.returncode}):\n{tail}")
+    customize_rootfs(work)
+    built = time.monotonic()
+    tmp = tarball.with_name(tarball.name + ".tmp")
+    run("tar", "-C", str(work), "--numeric-owner", "--xattrs", "--xattrs-include=*",
+        "-I", "zstd -T0 -3", "-cf", str(tmp), ".")
+    tmp.rename(tarball)
+    work.rename(base)
+    log(f"rootfs built in {built - started:.1f} s, tarball {tarball.stat().st_size / 2**20:.0f} MiB "
+        f"in {time.monotonic() - built:.1f} s: {tarball}")
+
+
+# ---------------------------------------------------------------- cgroups, mounts, processes
+
+def cgroup_hierarchies() -> list[Path]:
+    """Where a launcher gets its own dir: the unified root, or name=systemd + unified on hybrid."""
+    fs = Path("/sys/fs/cgroup")
+    if (fs / "cgroup.controllers").exists():
+        return [fs]
+    return [p for p in (fs / "systemd", fs / "unified") if (p / "cgroup.procs").exists()]
+
+
+def all_cgroup_roots() -> list[Path]:
+    fs = Path("/sys/fs/cgroup")
+    if (fs / "cgroup.controllers").exists():
+        return [fs]
+    return [p for p in sorted(fs.iterdir()) if (p / "cgroup.procs").exists()]
+
+
+def sandbox_cgroup_dirs(host: str | None = None) -> list[Path]:
+    """Our cgroup dirs (the parent, or one host's) in every hierarchy where they exist."""
+    rel = Path(CGROUP_PARENT) / host if host else Path(CGROUP_PARENT)
+    return [root / rel for root in all_cgroup_roots() if (root / rel).is_dir()]
+
+
+def cgroup_pids(dirs: list[Path]) -> set[int]:
+    pids: set[int] = set()
+    for top in dirs:
+        for dirpath, _dirs, files in os.walk(top):
+            if "cgroup.procs" in files:
+                with contextlib.suppress(OSError):
+                    pids.update(int(p) for p in Path(dirpath, "cgroup.procs").read_text().split())
+    return pids
+
+
+def remove_cgroup_dirs(dirs: list[Path]) -> None:
+    for top in dirs:
+        for dirpath, _subdirs, _files in sorted(os.walk(top), key=lambda w: -len(w[0])):
+            for attempt in range(50):
+                try:
+                    os.rmdir(dirpath)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if attempt == 49:
+                        raise
+                    time.sleep(0.1)
+
+
+def mounts_under(path: Path) -> list[str]:
+    prefix = str(path.resolve()) + "/"
+    found = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+        for line in handle:
+            point = line.split()[4].encode().decode("unicode_escape")
+            if (point + "/").startswith(prefix):
+                found.append(point)
+    return sorted(found, key=len, reverse=True)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def is_launcher(pid: int, root: str) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return bool(argv) and argv[0].endswith(b"systemd-nspawn") and root.encode() in argv
+
+
+# ---------------------------------------------------------------- hosts
+
+def state_dir(name: str) -> Path:
+    return STATE_ROOT / name
+
+
+def host_names(name: str, count: int) -> list[str]:
+    return [f"{name}-{i}" for i in range(1, count + 1)]
+
+
+def interface_name(host: str) -> str:
+    """The host-side veth: ve-HOST, shortened with a hash past the 15-byte kernel limit."""
+    full = f"ve-{host}"
+    return full if len(full) <= 15 else f"ve-{host[:6]}-{hashlib.sha1(host.encode()).hexdigest()[:5]}"
+
+
+def used_slots() -> set[int]:
+    """/30 slots of SUBNET in use: by any sandbox state on this checkout or any address on the host."""
+    used: set[int] = set()
+    for record in STATE_ROOT.glob("*/hosts/*/host.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            used.add(json.loads(record.read_text())["slot"])
+    out = run("ip", "-4", "-o", "addr", "show", capture=True).stdout
+    for line in out.splitlines():
+        addr = ipaddress.ip_interface(line.split()[3]).ip
+        if addr in SUBNET:
+            used.add((int(addr) - int(SUBNET.network_address)) // 4)
+    return used
+
+
+def slot_addresses(slot: int) -> tuple[str, str]:
+    net = int(SUBNET.network_address) + 4 * slot
+    return str(ipaddress.ip_address(net + 1)), str(ipaddress.ip_address(net + 2))
+
+
+def read_host(record: Path) -> dict | None:
+    try:
+        return json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def host_running(host: dict) -> bool:
+    return bool(host.get("pid")) and pid_alive(host["pid"]) and is_launcher(host["pid"], host["root"])
+
+
+def ensure_key(sdir: Path) -> Path:
+    key = sdir / "id_ed25519"
+    if not key.exists():
+        run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"disagg-sandbox-{sdir.name}",
+            "-f", str(key))
+    return key
+
+
+def render_guest(upper: Path, host: dict, peers: list[dict], pubkey: str) -> None:
+    """Files a host gets before boot, written straight into its overlay upper dir."""
+    etc = upper / "etc"
+    (etc / "systemd/network").mkdir(parents=True, exist_ok=True)
+    (etc / "machine-id").write_text(uuid.uuid5(uuid.NAMESPACE_URL, f"disagg-sandbox:{host['name']}").hex + "\n")
+    (etc / "hosts").write_text(
+        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+        + "".join(f"{p['address']}\t{p['name']}\n" for p in peers))
+    (etc / "systemd/network/10-sandbox.network").write_text(
+        f"[Match]\nName={GUEST_IF}\n\n[Network]\nAddress={host['address']}/30\n"
+        "LinkLocalAddressing=no\nIPv6AcceptRA=no\n\n"
+        f"[Route]\nDestination={SUBNET}\nGateway={host['host_address']}\n")
+    ssh = upper / "root/.ssh"
+    ssh.mkdir(parents=True, exist_ok=True)
+    ssh.chmod(0o700)
+    (ssh / "authorized_keys").write_text(pubkey)
+    (ssh / "authorized_keys").chmod(0o600)
+    fakegpu.render(upper, host["name"], host["topology"])
+
+
+def launch(host: dict, base: Path) -> None:
+    """Mount the overlay and start systemd-nspawn in the host's own cgroup dirs."""
+    hdir = Path(host["dir"])
+    for sub in ("upper", "work", "root"):
+        (hdir / sub).mkdir(parents=True, exist_ok=True)
+    run("mount", "-t", "overlay", "overlay", "-o",
+        f"lowerdir={base},upperdir={hdir / 'upper'},workdir={hdir / 'work'}", host["root"])
+    cgroups = [root / CGROUP_PARENT / host["name"] for root in cgroup_hierarchies()]
+    for cg in cgroups:
+        cg.mkdir(parents=True, exist_ok=True)
+
+    def enter_cgroups() -> None:  # runs in the child before exec
+        for cg in cgroups:
+            (cg / "cgroup.procs").write_text(str(os.getpid()))
+
+    cmd = ["systemd-nspawn", "--quiet", "--boot", "--directory", host["root"], "--machine", host["name"],
+           "--register=no", "--keep-unit", "--console=passive", "--link-journal=no",
+           "--private-network", f"--network-veth-extra={host['interface']}:{GUEST_IF}",
+           f"--bind-ro={host['wheelhouse']}:/opt/wheelhouse"]
+    with open(hdir / "console.log", "ab") as console:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=enter_cgroups)  # noqa: PLW1509 (no threads here)
+    host["pid"] = proc.pid
+    write_host(host)
+
+
+def configure_veth(host: dict, deadline: float) -> None:
+    """Address the host side of the veth once nspawn has made it; let it forward to sibling hosts."""
+    ifname = host["interface"]
+    while not Path(f"/sys/class/net/{ifname}").exists():
+        if not host_running(host) or time.monotonic() > deadline:
+            raise SandboxError(f"{host['name']}: nspawn did not create {ifname}:\n{console_tail(host)}")
+        time.sleep(0.02)
+    run("ip", "addr", "replace", f"{host['host_address']}/30", "dev", ifname)
+    run("ip", "link", "set", ifname, "up")
+    Path(f"/proc/sys/net/ipv4/conf/{ifname}/forwarding").write_text("1")
+
+
+def console_tail(host: dict, lines: int = 25) -> str:
+    try:
+        text = Path(host["dir"], "console.log").read_text(errors="replace")
+    except OSError:
+        return "(no console log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def ssh_cmd(sdir: Path, host: str, *cmd: str) -> list[str]:
+    return ["ssh", "-F", str(sdir / "ssh_config"), "-o", "BatchMode=yes", "-o", "ConnectTimeout=2", host, *cmd]
+
+
+def wait_ready(sdir: Path, host: dict, deadline: float) -> str:
+    """Until ssh answers and systemd reports the boot finished (running or degraded)."""
+    while True:
+        proc = run(*ssh_cmd(sdir, host["name"], "systemctl", "is-system-running", "--wait"),
+                   check=False, capture=True)
+        state = proc.stdout.strip()
+        if state in ("running", "degraded"):
+            return state
+        if not host_running(host):
+            raise SandboxError(f"{host['name']}: container exited during boot:\n{console_tail(host)}")
+        if time.monotonic() > deadline:
+            raise SandboxError(f"{host['name']}: not ready after {BOOT_TIMEOUT:.0f} s "
+                               f"(ssh: {proc.stderr.strip() or state}):\n{console_tail(host)}")
+        time.sleep(0.1)
+
+
+def write_host(host: dict) -> None:
+    Path(host["dir"], "host.json").write_text(json.dumps(host, indent=2) + "\n")
+
+
+def load_hosts(name: str) -> list[dict]:
+    hosts = [read_host(p) for p in sorted(state_dir(name).glob("hosts/*/host.json"))]
+    return sorted((h for h in hosts if h), key=lambda h: h["index"])
+
+
+def write_access_files(name: str, hosts: list[dict]) -> None:
+    """ssh_config, hosts.json and an Ansible inventory for the hosts that are up."""
+    sdir = state_dir(name)
+    key = sdir / "id_ed25519"
+    ssh = [f"# sandbox {name}: ssh -F {sdir / 'ssh_config'} {hosts[0]['name'] if hosts else 'HOST'}\n"]
+    for h in hosts:
+        ssh.append(f"Host {h['name']} {h['address']}\n  HostName {h['address']}\n  User root\n"
+                   f"  Port 22\n  IdentityFile {key}\n  IdentitiesOnly yes\n"
+                   "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n")
+    (sdir / "ssh_config").write_text("\n".join(ssh))
+    public = [{k: h[k] for k in ("name", "address", "host_address", "interface", "topology")}
+              | {"user": "root", "port": 22, "identity_file": str(key), "ssh_config": str(sdir / "ssh_config"),
+                 "sysfs_root": fakegpu.SYSFS_ROOT, "numactl": fakegpu.NUMACTL,
+                 "nvidia_smi": fakegpu.NVIDIA_SMI, "wheelhouse": "/opt/wheelhouse"}
+              for h in hosts]
+    (sdir / "hosts.json").write_text(json.dumps(public, indent=2) + "\n")
+    inv = [f"# sandbox {name}: ansible-inventory -i {sdir / 'inventory.yml'} --list\n",
+           "all:\n  hosts:\n"]
+    inv += [f"    {h['name']}:\n      ansible_host: {h['address']}\n" for h in hosts]
+    inv.append(f"  vars:\n    ansible_connection: ssh\n    ansible_user: root\n"
+               f"    ansible_ssh_private_key_file: {key}\n"
+               f"    ansible_ssh_common_args: -F {sdir / 'ssh_config'}\n"
+               "    ansible_python_interpreter: /usr/bin/python3\n")
+    (sdir / "inventory.yml").write_text("".join(inv))
+
+
+def up(name: str, count: int, topology: str) -> list[dict]:
+    """Boot NAME-1..count (the ones not already running); return all hosts of the sandbox."""
+    started = time.monotonic()
+    base = ensure_rootfs()
+    WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+    sdir = state_dir(name)
+    (sdir / "hosts").mkdir(parents=True, exist_ok=True)
+    pubkey = Path(str(ensure_key(sdir)) + ".pub").read_text()
+    existing = {h["name"]: h for h in load_hosts(name)}
+    wanted = host_names(name, count)
+    to_boot = []
+    with locked("network"):
+        for index, hname in enumerate(wanted, start=1):
+            old = existing.get(hname)
+            if old and host_running(old):
+                continue
+            if old:  # leftovers of a host that died: clear them before reusing the name
+                teardown_host(old)
+            slot = min(set(range(1, SUBNET.num_addresses // 4)) - used_slots())
+            host_address, address = slot_addresses(slot)
+            existing[hname] = {
+                "name": hname, "index": index, "slot": slot, "address": address, "host_address": host_address,
+                "interface": interface_name(hname), "topology": topology,
+                "dir": str(sdir / "hosts" / hname), "root": str(sdir / "hosts" / hname / "root"),
+                "wheelhouse": str(WHEELHOUSE), "pid": None,
+            }
+            Path(existing[hname]["dir"]).mkdir(parents=True, exist_ok=True)
+            write_host(existing[hname])
+            to_boot.append(existing[hname])
+    hosts = sorted(existing.values(), key=lambda h: h["index"])
+    write_access_files(name, hosts)
+    if not to_boot:
+        log(f"{name}: {len(hosts)} host(s) already up")
+        return hosts
+    boot_started = time.monotonic()
+    deadline = boot_started + BOOT_TIMEOUT
+    try:
+        for host in to_boot:
+            render_guest(Path(host["dir"], "upper"), host, hosts, pubkey)
+            launch(host, base)
+        for host in to_boot:
+            configure_veth(host, deadline)
+        states = {h["name"]: wait_ready(sdir, h, deadline) for h in to_boot}
+    except BaseException:
+        for host in to_boot:
+            with contextlib.suppress(Exception):
+                teardown_host(host)
+        write_access_files(name, load_hosts(name))
+        raise
+    booted = time.monotonic()
+    log(f"{name}: booted {len(to_boot)} host(s) in {booted - boot_started:.1f} s "
+        f"(up took {booted - started:.1f} s): " + ", ".join(f"{k} {v}" for k, v in states.items()))
+    return hosts
+
+
+def teardown_host(host: dict) -> None:
+    """Stop the container and remove all it had: processes, veth, mounts, cgroup dirs, files."""
+    pid = host.get("pid")
+    if pid and host_running(host):
+        os.kill(pid, signal.SIGTERM)  # nspawn asks the container's systemd to power off
+        deadline = time.monotonic() + 10
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    cgroups = sandbox_cgroup_dirs(host["name"])
+    for _ in range(100):
+        pids = cgroup_pids(cgroups) | ({pid} if pid and host_running(host) else set())
+        if not pids:
+            break
+        for p in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+        time.sleep(0.05)
+    else:
+        raise SandboxError(f"{host['name']}: processes survive SIGKILL: {sorted(pids)}")
+    with contextlib.suppress(ChildProcessError, OSError):
+        if pid:
+            os.waitpid(pid, os.WNOHANG)
+    if Path(f"/sys/class/net/{host['interface']}").exists():
+        run("ip", "link", "delete", host["interface"], check=False, capture=True)
+    for point in mounts_under(Path(host["dir"])):
+        if run("umount", point, check=False, capture=True).returncode:
+            run("umount", "--lazy", point)
+    remove_cgroup_dirs(cgroups)
+    shutil.rmtree(host["dir"], ignore_errors=True)
+
+
+def down(name: str) -> int:
+    """Tear down every host of NAME and its state dir; returns how many hosts were removed."""
+    started = time.monotonic()
+    sdir = state_dir(name)
+    hosts = load_hosts(name)
+    for host in hosts:
+        teardown_host(host)
+    for point in mounts_under(sdir):  # anything left by a host whose record is gone
+        run("umount", "--lazy", point, check=False)
+    shutil.rmtree(sdir, ignore_errors=True)
+    for parent in sandbox_cgroup_dirs():
+        with contextlib.suppress(OSError):
+            parent.rmdir()  # only when no other sandbox is up
+    log(f"{name}: {len(hosts)} host(s) down in {time.monotonic() - started:.1f} s")
+    return len(hosts)
+
+
+def sandboxes() -> list[str]:
+    return sorted(p.name for p in STATE_ROOT.iterdir() if p.is_dir()) if STATE_ROOT.is_dir() else []
+
+
+def sweep_orphans() -> None:
+    """Containers and mounts of this checkout whose state went missing (down --all)."""
+    for cg in sandbox_cgroup_dirs():
+        for child in [c for c in cg.iterdir() if c.is_dir()]:
+            pids = cgroup_pids([child])
+            ours = any(str(STATE_ROOT).encode() in Path(f"/proc/{p}/cmdline").read_bytes()
+                       for p in pids if Path(f"/proc/{p}/cmdline").exists())
+            if ours or not pids:
+                teardown_host({"name": child.name, "pid": None, "interface": interface_name(child.name),
+                               "dir": str(STATE_ROOT / ".orphans" / child.name), "root": ""})
+    for point in mounts_under(STATE_ROOT):
+        run("umount", "--lazy", point, check=False)
+    for parent in sandbox_cgroup_dirs():
+        with contextlib.suppress(OSError):
+            parent.rmdir()
+
+
+def status(name: str) -> list[dict]:
+    sdir = state_dir(name)
+    out = []
+    for host in load_hosts(name):
+        running = host_running(host)
+        system = "stopped"
+        if running:
+            proc = run(*ssh_cmd(sdir, host["name"], "systemctl", "is-system-running"), check=False, capture=True)
+            system = proc.stdout.strip() or f"ssh failed: {proc.stderr.strip()}"
+        out.append({"name": host["name"], "address": host["address"], "interface": host["interface"],
+                    "pid": host["pid"] if running else None, "running": running, "system": system,
+                    "topology": host["topology"]})
+    return out

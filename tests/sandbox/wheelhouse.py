@@ -1,0 +1,92 @@
+"""The offline wheelhouse the sandbox hosts install from (bind-mounted read-only at /opt/wheelhouse).
+
+Guests run Debian 12's python3.11, so wheels are fetched for CPython 3.11 / manylinux x86_64 with
+this machine's own pip configuration (no index is named here). Guests install with
+`pip install --no-index --find-links /opt/wheelhouse ...`; nixl-cu13 comes without its
+dependencies (install it with --no-deps; numpy is in the wheelhouse).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .nspawn import WHEELHOUSE, SandboxError, locked, log
+
+PYTHON_VERSION = "3.11"
+PLATFORMS = ([f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)]
+             + ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"])
+WITH_DEPS = ["sglang-router==0.3.2", "nvidia-ml-py==13.615.71", "numpy", "pip", "setuptools", "wheel"]
+NO_DEPS = ["nixl-cu13==1.5.1"]
+PDSIM = Path(__file__).resolve().parent / "pdsim"
+PDSIM_DIST = "sglang_pd_sim"
+BUILD_LEFTOVERS = ("build", "dist", "*.egg-info", "__pycache__")
+# pip's own noise from this machine's find-links configuration
+NOISE = "is ignored: it is neither a file nor a directory"
+
+
+def pip(*args: str) -> None:
+    cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
+    proc = subprocess.run(cmd, text=True, capture_output=True, check=False)
+    if proc.returncode:
+        lines = [line for line in (proc.stdout + proc.stderr).splitlines() if NOISE not in line]
+        raise SandboxError(f"pip {args[0]} failed ({proc.returncode}):\n" + "\n".join(lines[-30:]))
+
+
+def download_args() -> list[str]:
+    args = ["download", "--quiet", "--dest", str(WHEELHOUSE), "--only-binary=:all:",
+            "--python-version", PYTHON_VERSION, "--implementation", "cp", "--abi", "cp311"]
+    for platform in PLATFORMS:
+        args += ["--platform", platform]
+    return args
+
+
+def tree_digest(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if path.is_file() and not any(fnmatch.fnmatch(p, pat) for p in rel.parts for pat in BUILD_LEFTOVERS):
+            digest.update(str(rel).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def stamp_ok(name: str, want: str) -> bool:
+    stamp = WHEELHOUSE / f".stamp-{name}"
+    return stamp.exists() and stamp.read_text() == want
+
+
+def ensure() -> Path:
+    """Fill the wheelhouse; each part is skipped when its stamp says it is current."""
+    WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+    with locked("wheelhouse"):
+        want = hashlib.sha256(" ".join(WITH_DEPS + NO_DEPS + PLATFORMS).encode()).hexdigest()[:16]
+        if not stamp_ok("thirdparty", want):
+            started = time.monotonic()
+            pip(*download_args(), *WITH_DEPS)
+            pip(*download_args(), "--no-deps", *NO_DEPS)
+            (WHEELHOUSE / ".stamp-thirdparty").write_text(want)
+            log(f"wheelhouse: third-party wheels in {time.monotonic() - started:.1f} s")
+        if not (PDSIM / "pyproject.toml").exists():
+            log(f"wheelhouse: {PDSIM} is not there yet; skipping the simulator wheel")
+        else:
+            want = tree_digest(PDSIM)
+            if not stamp_ok("pdsim", want):
+                for old in WHEELHOUSE.glob(f"{PDSIM_DIST}-*.whl"):
+                    old.unlink()
+                with tempfile.TemporaryDirectory() as tmp:  # build from a copy: leave the source tree alone
+                    src = Path(tmp) / "pdsim"
+                    shutil.copytree(PDSIM, src, ignore=shutil.ignore_patterns(*BUILD_LEFTOVERS))
+                    pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(WHEELHOUSE), str(src))
+                (WHEELHOUSE / ".stamp-pdsim").write_text(want)
+                log(f"wheelhouse: built the simulator wheel ({want})")
+    return WHEELHOUSE
+
+
+def contents() -> list[str]:
+    return sorted(p.name for p in WHEELHOUSE.glob("*.whl"))
