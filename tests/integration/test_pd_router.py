@@ -402,6 +402,23 @@ def test_sim_api_key_and_sigterm(pd_launcher, capsys):
     assert "Received SIGTERM" in sim.log_tail()
 
 
+def test_sim_failure_injection(pd_launcher):
+    sick = pd_launcher.sim("decode", env={"SGLANG_SIM_FAIL": "health:503,generate:503"})
+    wait_until(lambda: status_of(url(sick, "/server_info")) == 200, 10, what="sick simulator up")
+    assert status_of(url(sick, "/health")) == 503
+    status, body = http("POST", url(sick, "/v1/completions"), {"prompt": "x", "bootstrap_room": 1})
+    assert status == 503 and body["object"] == "error" and body["code"] == 503
+
+    fragile = pd_launcher.sim("null", env={"SGLANG_SIM_FAIL": "crash-after:2"})
+    wait_sim_healthy(fragile)
+    for _ in range(2):
+        assert (
+            http("POST", url(fragile, "/generate"), {"text": "x", "sampling_params": {"max_new_tokens": 1}})[0] == 200
+        )
+    assert fragile.popen.wait(10) == 1  # a crash, not a clean stop
+    assert "crash-after:2 reached" in fragile.log_tail()
+
+
 # --------------------------------------------------------------------------------------------------
 # behind the real router
 # --------------------------------------------------------------------------------------------------
@@ -472,6 +489,9 @@ def test_router_pd_generate_and_stream_reach_decode_with_one_bootstrap_room(pd_s
     [d_chat] = sim_requests(decode, "/v1/chat/completions")
     assert p_chat["bootstrap_room"] == d_chat["bootstrap_room"] is not None
     assert p_chat["bootstrap_room"] != p_rec["bootstrap_room"]  # a new room per request
+    status, comp = http("POST", url(router, "/v1/completions"), {"model": "dsv4", "prompt": "1 2 3", "max_tokens": 3})
+    assert status == 200 and comp["object"] == "text_completion" and comp["usage"]["completion_tokens"] == 3
+    assert rooms(sim_requests(prefill, "/v1/completions")) == rooms(sim_requests(decode, "/v1/completions"))
     report(capsys, f"/generate via router {1000 * gen_latency:.1f} ms; streaming chat first chunk "
                    f"{1000 * first_chunk:.1f} ms, done {1000 * stream_latency:.1f} ms")  # fmt: skip
 
