@@ -18,7 +18,8 @@ config (``ServerArgs.__post_init__`` and later), so a value that parses may stil
 Usage:
     python real_parser.py                # stdin: {"name": [argv...]}; stdout: {"name": RESULT}
     python real_parser.py --help         # the real parser's help, as `sglang serve --help` prints it
-    python real_parser.py --info         # {"version", "prog", "actions"} as JSON
+    python real_parser.py --info         # {"version", "prog", "allow_abbrev", "actions"} as JSON
+    python real_parser.py --table        # every action: flags, dest, type, default, choices, action
     python real_parser.py --parse ARGV.. # one argv, RESULT as JSON; exit status as sglang's
 
 RESULT: {"ok": bool, "exit_status": int (2 = argparse refused it), "message": argparse's stderr,
@@ -274,6 +275,25 @@ def parse(parser, argv):
     }
 
 
+def action_table(parser):
+    """Every action as the reference table lists it: flags, dest, type, default, choices, action."""
+    rows = []
+    for action in parser._actions:
+        kind = getattr(action.type, "__name__", None) if action.type is not None else None
+        rows.append(
+            {
+                "flags": list(action.option_strings),
+                "dest": action.dest,
+                "type": str(kind),
+                "default": repr(action.default),
+                "choices": [str(c) for c in action.choices] if action.choices is not None else None,
+                "action": type(action).__name__,
+                "help_suppressed": action.help == argparse.SUPPRESS,
+            }
+        )
+    return rows
+
+
 def parse_many(parser, argvs):
     return {name: parse(parser, argv) for name, argv in argvs.items()}
 
@@ -293,6 +313,9 @@ def main(args=None):
             "actions": len(parser._actions),
         }
         print(json.dumps(info))
+        return 0
+    if args and args[0] == "--table":
+        print(json.dumps(action_table(parser), indent=1))
         return 0
     if args and args[0] == "--parse":
         result = parse(parser, args[1:])

@@ -79,6 +79,11 @@ def info(python):
     return json.loads(_checked(run_parser(python, ["--info"]), "--info"))
 
 
+def action_table(python):
+    """[{flags, dest, type, default, choices, action, help_suppressed}] of every action."""
+    return json.loads(_checked(run_parser(python, ["--table"]), "--table"))
+
+
 def parse_argvs(python, argvs):
     """{name: argv} -> {name: result} (see real_parser.py for the result's keys)."""
     request = {name: [str(token) for token in argv] for name, argv in argvs.items()}

@@ -1,0 +1,184 @@
+"""Every shipped profile's command lines parse under sglang 0.5.23's REAL argument parser.
+
+The parser is sglang's own (``ServerArgs.add_cli_args`` on ``argparse.ArgumentParser(prog="sglang
+serve")``, as ``prepare_server_args`` builds it), from the wheel installed without its multi-GB
+dependencies (tests/sglang_parser/). Nothing here is skipped: if the parser's venv cannot be built,
+the tests fail and say why.
+"""
+
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "sglang_parser"))
+import real_parser_client as rpc  # noqa: E402
+
+PROFILES = sorted((REPO / "profiles").glob("*.yml"))  # every file there is a shipped profile
+FIXTURES = REPO / "tests" / "fixtures" / "cli_help"
+SGLANG_VERSION = "0.5.23"
+
+# A sample placement: the instance flags the worker role derives from the inventory.
+INSTANCES = {
+    "prefill": {"name": "prefill0", "tp": 4, "port": 30000, "bootstrap_port": 8998, "dist_init_port": 30335},
+    "decode": {"name": "decode0", "tp": 4, "port": 30001, "bootstrap_port": 8999, "dist_init_port": 30435},
+}
+SETTINGS = {
+    "model_path": "/models/DeepSeek-V4-Flash",
+    "served_model_name": "deepseek-v4-flash",
+    "host": "127.0.0.1",
+    "dist_init_host": "127.0.0.1",
+}
+AMBIGUITY = "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"
+
+
+def rendered_argv(profile, role):
+    return sf.argv(sf.render_lines(sf.worker_flags(profile, role, INSTANCES[role], SETTINGS)))
+
+
+def profile_cases():
+    return [pytest.param(path, role, id=f"{path.stem}-{role}") for path in PROFILES for role in sf.WORKER_ROLES]
+
+
+# Everything the tests below ask the real parser, sent in one batch (one parser build).
+EXTRA_ARGVS = {
+    "cuda-graph-max-bs": ["--model-path", "/m", "--cuda-graph-max-bs", "64"],
+    "cuda-graph-max-bs-decode": ["--model-path", "/m", "--cuda-graph-max-bs-decode", "64"],
+    "disable-cuda-graph": ["--model-path", "/m", "--disable-cuda-graph"],
+    "kv-cache-dtype-fp9": ["--model-path", "/m", "--kv-cache-dtype", "fp9"],
+    "tp-prefix": ["--model-path", "/m", "--tp", "4"],
+}
+
+
+@pytest.fixture(scope="module")
+def real_python():
+    try:
+        python, seconds = rpc.ensure_venv()
+    except rpc.ParserUnavailable as exc:
+        pytest.fail(f"the real sglang {SGLANG_VERSION} parser could not be built: {exc}", pytrace=False)
+    print(f"parser venv ready in {seconds:.1f}s: {python}")
+    return python
+
+
+@pytest.fixture(scope="module")
+def parsed(real_python):
+    argvs = dict(EXTRA_ARGVS)
+    for path in PROFILES:
+        profile = yaml.safe_load(path.read_text())
+        for role in sf.WORKER_ROLES:
+            argvs[f"{path.stem}-{role}"] = rendered_argv(profile, role)
+    try:
+        return rpc.parse_argvs(real_python, argvs)
+    except rpc.ParserUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def test_real_parser_is_sglang_0_5_23(real_python):
+    info = rpc.info(real_python)
+    assert info["version"] == SGLANG_VERSION
+    assert info["prog"] == "sglang serve"
+    assert info["allow_abbrev"] is True, "sglang serve matches flag prefixes; the parser must too"
+    assert info["actions"] == 532
+
+
+def test_real_parser_matches_the_reference_flag_table(real_python):
+    """The parser built here has exactly the actions of the reference table (read off the wheel)."""
+    table = rpc.action_table(real_python)
+    with (FIXTURES / "sglang-0.5.23-serve-flags.tsv").open() as handle:
+        reference = list(csv.DictReader(handle, delimiter="\t"))
+    got = {tuple(row["flags"]): (row["dest"], row["action"], sorted(row["choices"] or [])) for row in table}
+    want = {
+        tuple(row["flags"].split(",")): (row["dest"], row["action"], sorted(filter(None, row["choices"].split(","))))
+        for row in reference
+    }
+    assert got == want
+
+
+def test_help_fixture_is_what_the_real_parser_prints(real_python):
+    """tests/fixtures/cli_help/sglang-0.5.23-help.txt (the flag check's fixture) is the real --help."""
+    fixture = (FIXTURES / "sglang-0.5.23-help.txt").read_text()
+    assert rpc.help_text(real_python) == fixture, (
+        "refresh it: python tests/sglang_parser/real_parser_client.py capture-help "
+        "tests/fixtures/cli_help/sglang-0.5.23-help.txt"
+    )
+
+
+def test_there_are_shipped_profiles():
+    assert PROFILES, "profiles/ holds no profile"
+
+
+@pytest.mark.parametrize(("path", "role"), profile_cases())
+def test_shipped_profile_parses_under_the_real_parser(path, role, parsed, capsys):
+    profile = yaml.safe_load(path.read_text())
+    result = parsed[f"{path.stem}-{role}"]
+    verdict = "ACCEPTED" if result["ok"] else f"REJECTED (exit {result['exit_status']}): {result['error']}"
+    with capsys.disabled():
+        print(f"\n[real sglang {SGLANG_VERSION} parser] profile {path.stem}, {role}: {verdict}")
+    assert result["ok"], result["message"]
+    assert result["warnings"] == [], "a shipped profile must not use deprecated flags"
+
+    flags = result["flags"]
+    instance = INSTANCES[role]
+    assert flags["--model-path"] == SETTINGS["model_path"]
+    assert flags["--served-model-name"] == SETTINGS["served_model_name"]
+    assert flags["--disaggregation-mode"] == role
+    assert flags["--tp-size"] == instance["tp"]
+    assert flags["--host"] == SETTINGS["host"]
+    assert flags["--port"] == instance["port"]
+    assert flags["--disaggregation-bootstrap-port"] == instance["bootstrap_port"]
+    assert flags["--dist-init-addr"] == f"{SETTINGS['dist_init_host']}:{instance['dist_init_port']}"
+    wanted = sf.merge_flags(profile["flags"].get("common"), profile["flags"].get(role))
+    for name, value in wanted.items():
+        if value is None or value is False:
+            assert f"--{name}" not in flags, f"--{name} is off in the profile but reached the command line"
+        else:
+            assert flags.get(f"--{name}") == value, (
+                f"--{name}: profile says {value!r}, sglang parsed {flags.get(f'--{name}')!r}"
+            )
+
+
+def test_profile_values_the_pd_handoff_depends_on(parsed):
+    """Prefill and decode agree on page size and KV dtype, as the real parser reads them."""
+    for path in PROFILES:
+        prefill, decode = parsed[f"{path.stem}-prefill"]["flags"], parsed[f"{path.stem}-decode"]["flags"]
+        for flag in ("--page-size", "--kv-cache-dtype", "--disaggregation-transfer-backend"):
+            assert prefill.get(flag) == decode.get(flag), f"{path.stem}: {flag} differs between prefill and decode"
+    shipped = parsed["deepseek_v4_flash_sm120-decode"]["flags"]
+    assert shipped["--page-size"] == 256
+    assert shipped["--kv-cache-dtype"] == "fp8_e4m3"
+    assert shipped["--cuda-graph-max-bs-decode"] == 64
+
+
+def test_cuda_graph_max_bs_is_ambiguous_in_0_5_23(parsed, capsys):
+    result = parsed["cuda-graph-max-bs"]
+    with capsys.disabled():
+        print(
+            f"\n[real sglang {SGLANG_VERSION} parser] --cuda-graph-max-bs 64: exit {result['exit_status']}, "
+            f"{result['error']}"
+        )
+    assert not result["ok"]
+    assert result["exit_status"] == 2
+    assert AMBIGUITY in result["message"]
+    assert result["error"] == AMBIGUITY
+    assert parsed["cuda-graph-max-bs-decode"]["ok"], "the full name is the fix"
+
+
+def test_disable_cuda_graph_is_accepted_with_a_deprecation_warning(parsed):
+    result = parsed["disable-cuda-graph"]
+    assert result["ok"], result["message"]
+    assert result["flags"]["--disable-cuda-graph"] is True
+    assert any("'--disable-cuda-graph' is deprecated" in w for w in result["warnings"]), result["warnings"]
+    assert any("--cuda-graph-backend-{decode,prefill}=disabled" in w for w in result["warnings"])
+
+
+def test_bad_choice_and_unique_prefix(parsed):
+    bad = parsed["kv-cache-dtype-fp9"]
+    assert bad["exit_status"] == 2
+    assert "argument --kv-cache-dtype: invalid choice: 'fp9'" in bad["error"]
+    prefix = parsed["tp-prefix"]
+    assert prefix["ok"], "--tp is a unique prefix of --tp-size in 0.5.23"
+    assert prefix["flags"] == {"--model-path": "/m", "--tp-size": 4}
