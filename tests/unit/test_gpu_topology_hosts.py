@@ -24,7 +24,7 @@ CASES = [(h, s) for h in HOSTS for s in _sources(tf.load_host(h))]
 
 
 def gather_host(spec, source, tmp_path):
-    root = tf.write_sysfs(tmp_path / "root", spec.get("sysfs"))
+    root = tf.write_sysfs(tmp_path / "root", spec.get("sysfs"), spec["dir"])
     if source == "nvml":
         return gt.gather(sysfs_root=root, nvidia_smi_path="/nonexistent/nvidia-smi",
                          runner=tf.FakeSmi(), nvml_loader=tf.nvml_loader(spec["dir"], spec["nvml"]), source="nvml")
@@ -55,6 +55,8 @@ def test_host_facts(host, source, tmp_path):
     assert facts["numa_nodes"] == [{"id": n["id"], "cpus": tf.cpus(n["cpus"])} for n in expect["numa_nodes"]]
     if "links" in expect:
         assert facts["links"] == (tf.link_matrix(expect["links"]) if expect["links"] else {})
+    if "p2p" in expect and (source == "nvml" or spec["outputs"].get("p2p")):
+        assert facts["p2p"] == (tf.link_matrix(expect["p2p"]) if expect["p2p"] else {})
     for part, value in (expect.get("sources") or {}).items():
         assert facts["sources"][part] == value, part
     missing, extra = tf.match_all(expect.get("warnings", []), facts["warnings"])

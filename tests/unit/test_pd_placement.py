@@ -19,7 +19,7 @@ for _host in tf.host_dirs():
 
 def facts_of(host, tmp_path):
     spec = tf.load_host(host)
-    root = tf.write_sysfs(tmp_path / "root", spec.get("sysfs"))
+    root = tf.write_sysfs(tmp_path / "root", spec.get("sysfs"), spec["dir"])
     if spec.get("outputs"):
         return gt.gather(sysfs_root=root, nvidia_smi_path="/usr/bin/nvidia-smi",
                          runner=tf.FakeSmi(spec["outputs"], spec["dir"]), nvml_loader=tf.no_nvml)

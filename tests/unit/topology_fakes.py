@@ -27,8 +27,11 @@ def load_host(name):
     return spec
 
 
-def write_sysfs(root, mapping):
-    """Render {relative path: content} under root; return root as str."""
+def write_sysfs(root, mapping, folder=None):
+    """Render {relative path: content} (or the JSON file of one, in folder) under root; return root."""
+    if isinstance(mapping, str):
+        mapping = json.loads((Path(folder) / mapping).read_text())
+    Path(root).mkdir(parents=True, exist_ok=True)
     for rel, content in (mapping or {}).items():
         path = Path(root) / rel
         path.parent.mkdir(parents=True, exist_ok=True)
