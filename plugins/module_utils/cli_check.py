@@ -426,7 +426,7 @@ def check_argv(spec, argv):
                     _problem(
                         option["strings"][0],
                         "required",
-                        f"the following arguments are required: {option['strings'][0]}",
+                        f"the following arguments are required: {_display(option)}",
                         f"add {option['strings'][0]}",
                     )
                 )

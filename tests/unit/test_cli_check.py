@@ -1,0 +1,471 @@
+"""disagg.sglang.cli_check: command lines checked against a program's own argparse --help.
+
+Data-driven: the cases are in cli_check_cases.yml, the help texts in tests/fixtures/cli_help/ (the
+sglang 0.5.23 one captured from the real parser, see test_real_sglang_parser.py; the router 0.3.2
+one from `python -m sglang_router.launch_router --help`). The cross-check runs every case through
+the program's REAL parser too and asserts both say accept or reject alike.
+"""
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import yaml
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.disagg.sglang.plugins.module_utils import cli_check as cc
+from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
+from ansible_collections.disagg.sglang.plugins.modules import cli_check as cli_check_module
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "sglang_parser"))
+import real_parser_client as rpc  # noqa: E402
+
+FIXTURES = REPO / "tests" / "fixtures" / "cli_help"
+CASES = yaml.safe_load((Path(__file__).parent / "cli_check_cases.yml").read_text())
+HELP = {key: (FIXTURES / name).read_text() for key, name in CASES["help_fixtures"].items()}
+PROFILES = REPO / "profiles"
+
+INSTANCES = {
+    "prefill": {"name": "prefill0", "tp": 4, "port": 30000, "bootstrap_port": 8998, "dist_init_port": 30335},
+    "decode": {"name": "decode0", "tp": 4, "port": 30001, "bootstrap_port": 8999, "dist_init_port": 30435},
+}
+SETTINGS = {
+    "model_path": "/models/DeepSeek-V4-Flash",
+    "served_model_name": "deepseek-v4-flash",
+    "host": "127.0.0.1",
+    "dist_init_host": "127.0.0.1",
+}
+HELP_COMMAND = ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--help"]
+VERSION_COMMAND = ["/opt/sglang/venv/bin/python", "-c", "import importlib.metadata as m; print(m.version('sglang'))"]
+
+
+@pytest.fixture(scope="module")
+def specs():
+    return {key: cc.parse_help(text) for key, text in HELP.items()}
+
+
+def case_argv(case):
+    if "argv" in case:
+        return [str(token) for token in case["argv"]]
+    if "render" in case:
+        spec = case["render"]
+        profile = yaml.safe_load((PROFILES / f"{spec['profile']}.yml").read_text())
+        lines = sf.render_lines(sf.worker_flags(profile, spec["role"], INSTANCES[spec["role"]], SETTINGS))
+        return sf.argv(lines) + [str(token) for token in spec.get("extra", [])]
+    spec = case["render_router"]
+    return sf.argv(sf.router_lines(spec["prefills"], spec["decodes"], spec["settings"]))
+
+
+def assert_matches(got, want, what):
+    assert len(got) == len(want), f"{what}: got {json.dumps(got, indent=1)}"
+    for item, expected in zip(got, want, strict=True):
+        assert item["flag"] == expected["flag"], item
+        assert item["kind"] == expected["kind"], item
+        if "message" in expected:
+            assert item["message"] == expected["message"]
+        if "message_contains" in expected:
+            assert expected["message_contains"] in item["message"]
+        if "hint_contains" in expected:
+            assert expected["hint_contains"] in item["hint"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading the help
+# --------------------------------------------------------------------------------------------------
+
+
+def test_sglang_help_yields_every_listed_flag_of_the_reference_table(specs):
+    """The help-derived spec has every flag of sglang 0.5.23 that --help shows, with its choices."""
+    reference = {}
+    for row in (FIXTURES / "sglang-0.5.23-serve-flags.tsv").read_text().splitlines()[1:]:
+        flags, _dest, _type, _default, choices, _action = row.split("\t")
+        reference[tuple(flags.split(","))] = sorted(filter(None, choices.split(",")))
+    parsed = {tuple(o["strings"]): sorted(o["choices"] or []) for o in specs["sglang"]["options"]}
+    hidden = {("--forward-pass-metrics-worker-id",), ("--forward-pass-metrics-ipc-name",)}  # help=SUPPRESS
+    assert set(parsed) == set(reference) - hidden
+    for flags, choices in parsed.items():
+        assert choices == reference[flags], flags
+    assert specs["sglang"]["prog"] == "sglang serve"
+    required = [o["strings"][0] for o in specs["sglang"]["options"] if o["required"]]
+    assert required == ["--model-path"]
+    deprecated = sorted(o["strings"][0] for o in specs["sglang"]["options"] if o["deprecated"])
+    assert deprecated == sorted(
+        [
+            "--disable-cuda-graph",
+            "--enable-dp-attention",
+            "--monokernel-backend",
+            "--enable-flashinfer-allreduce-fusion",
+            "--grpc-mode",
+            "--disable-fast-image-processor",
+        ]
+    )
+
+
+def test_router_help_skips_the_examples_in_its_description(specs):
+    options = {o["strings"][0]: o for o in specs["router"]["options"]}
+    assert len(options) == 99
+    assert (options["--prefill"]["min_args"], options["--prefill"]["max_args"]) == (1, None)
+    assert (options["--decode"]["min_args"], options["--decode"]["max_args"]) == (1, 1)
+    assert (options["--worker-urls"]["min_args"], options["--worker-urls"]["max_args"]) == (0, None)
+    assert options["--pd-disaggregation"]["max_args"] == 0
+    assert options["--prefill-policy"]["choices"][-1] == "bucket"
+    assert not any(o["required"] or o["deprecated"] for o in options.values())
+
+
+def test_router_fixture_is_the_installed_router_help(specs):
+    """The recorded router help is what the controller's sglang-router (pinned 0.3.2) prints."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_router.launch_router", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, COLUMNS="80"),
+    )
+    live = cc.parse_help(proc.stdout)
+
+    def comparable(spec):  # choices built from sets: their order follows the hash seed
+        return [dict(o, args=None, choices=sorted(o["choices"] or [])) for o in spec["options"]]
+
+    assert comparable(live) == comparable(specs["router"])
+
+
+@pytest.mark.parametrize(
+    ("args", "arity"),
+    [
+        ("", (0, 0)),
+        ("X", (1, 1)),
+        ("X Y", (2, 2)),
+        ("[X]", (0, 1)),
+        ("[X ...]", (0, None)),
+        ("[X [X ...]]", (0, None)),
+        ("X [X ...]", (1, None)),
+        ("{a,b} [{a,b} ...]", (1, None)),
+        ("...", (0, None)),
+        ("A ...", (1, None)),
+    ],
+)
+def test_argparse_args_strings(args, arity):
+    assert cc._arity(args) == arity
+
+
+def test_python_3_13_invocation_style():
+    """Python 3.13 prints ``-m, --model-path MODEL_PATH`` instead of repeating the metavar."""
+    text = (
+        "usage: prog [-h] -m MODEL_PATH [--mode {a,b}]\n\n"
+        "options:\n"
+        "  -h, --help            show this help message and exit\n"
+        "  -m, --model-path MODEL_PATH\n"
+        "                        The model.\n"
+        "  --mode {a,b}          Deprecated. Use --other.\n"
+    )
+    spec = cc.parse_help(text)
+    model = spec["options"][1]
+    assert model["strings"] == ["-m", "--model-path"]
+    assert model["required"]
+    assert spec["options"][2]["deprecated"]
+    result = cc.check_argv(spec, ["-m", "x", "--mode", "c"])
+    assert [p["kind"] for p in result["problems"]] == ["choice"]
+    assert cc.check_argv(spec, ["-mx"])["problems"] == []  # a short option with its value attached
+
+
+def test_not_argparse_help_is_an_error():
+    with pytest.raises(cc.CheckError, match="no 'usage:' line"):
+        cc.parse_help("hello\n")
+
+
+# --------------------------------------------------------------------------------------------------
+# Checking command lines (data-driven)
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASES["argv_cases"], ids=[case["id"] for case in CASES["argv_cases"]])
+def test_argv_case(case, specs):
+    result = cc.check_argv(specs[case["help"]], case_argv(case))
+    assert_matches(result["problems"], case["problems"], "problems")
+    assert_matches(result["warnings"], case["warnings"], "warnings")
+
+
+def test_every_shipped_profile_passes_the_help_check(specs):
+    paths = sorted(PROFILES.glob("*.yml"))
+    assert paths
+    for path in paths:
+        profile = yaml.safe_load(path.read_text())
+        for role in sf.WORKER_ROLES:
+            argv = sf.argv(sf.render_lines(sf.worker_flags(profile, role, INSTANCES[role], SETTINGS)))
+            result = cc.check_argv(specs["sglang"], argv)
+            assert result == {"problems": [], "warnings": []}, (path.stem, role)
+
+
+# --------------------------------------------------------------------------------------------------
+# The whole check with a fake runner and a cache (data-driven)
+# --------------------------------------------------------------------------------------------------
+
+
+class FakeRunner:
+    def __init__(self, run):
+        self.run, self.ran = run, []
+
+    def __call__(self, argv):
+        if argv == VERSION_COMMAND:
+            self.ran.append("version")
+            return self.run.get("version_rc", 0), f"{self.run['version']}\n", ""
+        assert argv == HELP_COMMAND, argv
+        self.ran.append("help")
+        text = self.run.get("help_text", HELP[self.run["help"]])
+        rc = self.run.get("help_rc", 0)
+        return (rc, "", text) if self.run.get("help_stream") == "stderr" else (rc, text, "")
+
+
+def prepare_cache(run, cache_dir):
+    if run["cache"] == "none":
+        return None
+    version = run["version"]
+    if run["cache"] == "warm":
+        cc.load_spec(FakeRunner(dict(run, version_rc=0)), HELP_COMMAND, VERSION_COMMAND, str(cache_dir))
+    elif run["cache"] == "stale":
+        cc.load_spec(FakeRunner(dict(run, version="0.5.22")), HELP_COMMAND, VERSION_COMMAND, str(cache_dir))
+    elif run["cache"] == "corrupt":
+        cache_dir.mkdir()
+        Path(cc.cache_path(str(cache_dir), HELP_COMMAND, version)).write_text("{not json")
+    return str(cache_dir)
+
+
+@pytest.mark.parametrize("run", CASES["runs"], ids=[run["id"] for run in CASES["runs"]])
+def test_run(run, tmp_path):
+    cache_dir = prepare_cache(run, tmp_path / "cache")
+    before = sorted(os.listdir(cache_dir)) if cache_dir and os.path.isdir(cache_dir) else []
+    before_stat = {name: os.stat(os.path.join(cache_dir, name)).st_mtime_ns for name in before}
+    runner = FakeRunner(run)
+    expect = run["expect"]
+    kwargs = {
+        "version_command": VERSION_COMMAND if run["version"] is not None else None,
+        "cache_dir": cache_dir,
+        "write_cache": not run.get("check_mode", False),
+    }
+    if "error_contains" in expect:
+        with pytest.raises(cc.CheckError) as error:
+            cc.run_check(runner, HELP_COMMAND, run["argvs"], **kwargs)
+        for text in expect["error_contains"]:
+            assert text in str(error.value)
+        return
+    result = cc.run_check(runner, HELP_COMMAND, run["argvs"], **kwargs)
+    assert result["spec_source"] == expect["spec_source"]
+    assert runner.ran == expect["ran"]
+    assert result["failed"] is expect["failed"]
+    assert result["checked"] == list(run["argvs"])
+    for text in expect.get("msg_contains", []):
+        assert text in result["msg"], result["msg"]
+    for text in expect.get("warnings_contain", []):
+        assert any(text in warning for warning in result["warnings"]), result["warnings"]
+    after = sorted(os.listdir(cache_dir)) if cache_dir and os.path.isdir(cache_dir) else []
+    written = [
+        name
+        for name in after
+        if name not in before_stat or os.stat(os.path.join(cache_dir, name)).st_mtime_ns != before_stat[name]
+    ]
+    if expect.get("cache_written"):
+        assert written == [os.path.basename(result["cache_file"])]
+        assert not [name for name in after if name.startswith(".tmp-")]
+    else:
+        assert written == []
+    if run["version"] is None or cache_dir is None:
+        assert result["cache_file"] is None
+
+
+# --------------------------------------------------------------------------------------------------
+# The Ansible module itself
+# --------------------------------------------------------------------------------------------------
+
+
+def run_module(args, run_command, check_mode=False):
+    if check_mode:
+        args = dict(args, _ansible_check_mode=True)
+    out = io.StringIO()
+    with (
+        patch_module_args(args),
+        mock.patch.object(basic.AnsibleModule, "run_command", autospec=True, side_effect=run_command),
+        contextlib.redirect_stdout(out),
+        pytest.raises(SystemExit) as exit_info,
+    ):
+        cli_check_module.main()
+    return exit_info.value.code, json.loads(out.getvalue())
+
+
+def module_runner(version="0.5.23", help_key="sglang"):
+    calls = []
+
+    def run_command(_module, argv, environ_update=None, **_):
+        calls.append((argv, environ_update))
+        if argv == VERSION_COMMAND:
+            return 0, version + "\n", ""
+        return 0, HELP[help_key], ""
+
+    return run_command, calls
+
+
+def test_module_passes_and_caches(tmp_path):
+    args = {
+        "help_command": HELP_COMMAND,
+        "version_command": VERSION_COMMAND,
+        "cache_dir": str(tmp_path),
+        "argvs": {"prefill0": ["--model-path", "/m", "--disable-cuda-graph"]},
+    }
+    run_command, calls = module_runner()
+    code, result = run_module(args, run_command)
+    assert code == 0
+    assert result["changed"] is False
+    assert result["spec_source"] == "help"
+    assert result["version"] == "0.5.23"
+    assert result["checked"] == ["prefill0"]
+    # Ansible >= 2.19 ships warnings as structured events; the controller turns them into text.
+    assert "prefill0: --disable-cuda-graph is deprecated" in json.dumps(result["warnings"])
+    assert result["flag_warnings"][0]["kind"] == "deprecated"
+    assert all(env == {"LC_ALL": "C", "LANG": "C"} for _, env in calls)
+    assert os.path.isfile(result["cache_file"])
+
+    run_command, calls = module_runner()
+    code, result = run_module(args, run_command)
+    assert code == 0
+    assert result["spec_source"] == "cache"
+    assert [argv for argv, _ in calls] == [VERSION_COMMAND]
+
+
+def test_module_fails_listing_problems(tmp_path):
+    args = {
+        "help_command": HELP_COMMAND,
+        "argvs": {"decode0": ["--model-path", "/m", "--cuda-graph-max-bs", "64"]},
+    }
+    run_command, _ = module_runner()
+    code, result = run_module(args, run_command)
+    assert code == 1
+    assert result["failed"] is True
+    assert result["changed"] is False
+    assert "decode0: --cuda-graph-max-bs: ambiguous option" in result["msg"]
+    assert result["problems"]["decode0"][0]["kind"] == "ambiguous"
+
+
+def test_module_check_mode_does_not_write_the_cache(tmp_path):
+    args = {
+        "help_command": HELP_COMMAND,
+        "version_command": VERSION_COMMAND,
+        "cache_dir": str(tmp_path / "cache"),
+        "argvs": {"prefill0": ["--model-path", "/m"]},
+    }
+    run_command, _ = module_runner()
+    code, result = run_module(args, run_command, check_mode=True)
+    assert code == 0
+    assert result["spec_source"] == "help"
+    assert not (tmp_path / "cache").exists()
+
+
+def test_module_reports_a_broken_help_command(tmp_path):
+    def run_command(_module, argv, **_):
+        return 1, "", "Traceback ...\nImportError: libcuda.so.1: cannot open shared object file\n"
+
+    code, result = run_module({"help_command": HELP_COMMAND, "argvs": {"p": []}}, run_command)
+    assert code == 1
+    assert "libcuda.so.1" in result["msg"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Cross-check: the help check and the programs' REAL parsers agree on accept/reject
+# --------------------------------------------------------------------------------------------------
+
+
+def real_router_verdicts(argvs):
+    from sglang_router.router_args import RouterArgs  # noqa: PLC0415 (only this test needs the router)
+
+    verdicts = {}
+    for name, argv in argvs.items():
+        parser = argparse.ArgumentParser(prog="launch_router.py")
+        RouterArgs.add_cli_args(parser, use_router_prefix=False)
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                parser.parse_args(argv)
+            verdicts[name] = (True, "")
+        except SystemExit as exc:
+            verdicts[name] = (exc.code == 0, err.getvalue().strip().splitlines()[-1])
+    return verdicts
+
+
+@pytest.fixture(scope="module")
+def real_python():
+    try:
+        python, _ = rpc.ensure_venv()
+    except rpc.ParserUnavailable as exc:
+        pytest.fail(f"the real sglang parser could not be built: {exc}", pytrace=False)
+    return python
+
+
+def test_cross_check_with_the_real_parsers(specs, real_python, capsys):
+    by_help = {"sglang": {}, "router": {}}
+    for case in CASES["argv_cases"]:
+        by_help[case["help"]][case["id"]] = case_argv(case)
+    real = {name: (r["ok"], r["error"]) for name, r in rpc.parse_argvs(real_python, by_help["sglang"]).items()}
+    real.update(real_router_verdicts(by_help["router"]))
+
+    cases = {case["id"]: case for case in CASES["argv_cases"]}
+    report = []
+    for name, (real_ok, real_error) in real.items():
+        case = cases[name]
+        problems = cc.check_argv(specs[case["help"]], case_argv(case))["problems"]
+        help_ok = not problems
+        agree = help_ok == real_ok
+        report.append(
+            f"  {name}: real {'accept' if real_ok else 'reject'}, help check {'accept' if help_ok else 'reject'}"
+        )
+        if case.get("cross_check", "agree") == "known_gap":
+            assert not agree, f"{name}: the known gap is closed ({case['reason']}): mark it agree"
+        else:
+            assert agree, f"{name}: real parser says {real_ok} ({real_error}), the help check says {help_ok}"
+            if len(problems) == 1:  # one problem: the user reads argparse's own words
+                assert problems[0]["message"] == real_error.partition(" error: ")[2] or (
+                    problems[0]["message"] == real_error
+                ), (name, real_error)
+    with capsys.disabled():
+        print("\n[cli_check vs real parsers]\n" + "\n".join(report))
+
+
+def test_real_commands_cold_and_cached(real_python, tmp_path, capsys):
+    """The check against live programs: sglang's real parser (no torch) and the installed router."""
+    router_help = [sys.executable, "-m", "sglang_router.launch_router", "--help"]
+    router_version = [sys.executable, "-c", "import importlib.metadata as m; print(m.version('sglang-router'))"]
+    sglang_help = [str(real_python), str(rpc.PARSER_SCRIPT), "--help"]
+    sglang_version = [str(real_python), "-c", "import importlib.metadata as m; print(m.version('sglang'))"]
+
+    def run(argv):
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=dict(os.environ, LC_ALL="C"))
+        return proc.returncode, proc.stdout, proc.stderr
+
+    profile = yaml.safe_load((PROFILES / "deepseek_v4_flash_sm120.yml").read_text())
+    worker_argvs = {
+        INSTANCES[role]["name"]: sf.argv(sf.render_lines(sf.worker_flags(profile, role, INSTANCES[role], SETTINGS)))
+        for role in sf.WORKER_ROLES
+    }
+    router_argvs = {"router": ["--pd-disaggregation", "--prefill", "http://127.0.0.1:30000", "8998"]}
+    timings = []
+    for label, help_command, version_command, argvs, version in (
+        ("sglang 0.5.23 (real parser)", sglang_help, sglang_version, worker_argvs, "0.5.23"),
+        ("sglang-router 0.3.2", router_help, router_version, router_argvs, "0.3.2"),
+    ):
+        seconds = []
+        for expected_source in ("help", "cache"):
+            started = time.monotonic()
+            result = cc.run_check(run, help_command, argvs, version_command=version_command, cache_dir=str(tmp_path))
+            seconds.append(time.monotonic() - started)
+            assert result["spec_source"] == expected_source
+            assert result["version"] == version
+            assert result["failed"] is False, result["msg"]
+        timings.append(f"  {label}: cold {seconds[0]:.2f}s, cached {seconds[1]:.2f}s")
+    with capsys.disabled():
+        print("\n[cli_check timings]\n" + "\n".join(timings))
