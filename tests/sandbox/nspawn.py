@@ -36,7 +36,8 @@ CGROUP_PARENT = "disagg-sandbox"
 GUEST_IF = "host0"
 SUITE = "bookworm"
 PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "iproute2",
-            "openssh-server", "sudo", "ca-certificates", "numactl", "curl"]
+            "openssh-server", "sudo", "ca-certificates", "numactl", "curl",
+            "python3-packaging"]  # ansible.builtin.pip imports it on the target
 # Units that only cost boot time in a throwaway container.
 MASKED_UNITS = ["apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer",
                 "e2scrub_reap.service", "dpkg-db-backup.timer", "systemd-firstboot.service",
@@ -151,7 +152,18 @@ def ensure_rootfs() -> Path:
         else:
             build_rootfs(tarball, base)
         ready.touch()
+        prune_rootfs(keep=base)
     return base
+
+
+def prune_rootfs(keep: Path) -> None:
+    """Remove rootfs builds of older recipes, unless a running host still has one as its lower dir."""
+    mounts = Path("/proc/self/mountinfo").read_text()
+    for path in CACHE.glob(f"rootfs-{SUITE}-*"):
+        base = CACHE / path.name.split(".")[0]
+        if base == keep or f"lowerdir={base}" in mounts:
+            continue
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def build_rootfs(tarball: Path, base: Path) -> None:
