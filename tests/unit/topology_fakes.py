@@ -59,9 +59,11 @@ class FakeSmi:
     """
 
     def __init__(self, outputs=None, folder=None, texts=None, fail=()):
-        self.texts = dict(texts or {})
-        for key, fname in (outputs or {}).items():
-            self.texts[key] = (Path(folder) / fname).read_text()
+        """outputs: {query|query_no_cc|topo|p2p: file name, or {file, rc}} read from folder."""
+        self.answers = {key: (0, text) for key, text in (texts or {}).items()}
+        for key, given in (outputs or {}).items():
+            entry = given if isinstance(given, dict) else {"file": given, "rc": 0}
+            self.answers[key] = (entry.get("rc", 0), (Path(folder) / entry["file"]).read_text())
         self.fail = set(fail)
         self.calls = []
 
@@ -71,9 +73,10 @@ class FakeSmi:
         key = {tuple(gt.QUERY_ARGS): "query", tuple(gt.TOPO_ARGS): "topo", tuple(gt.P2P_ARGS): "p2p"}.get(tuple(args))
         if key is None and args == gt.QUERY_ARGS_NO_CC:
             key = "query_no_cc"
-        if key is None or key in self.fail or key not in self.texts:
+        if key is None or key in self.fail or key not in self.answers:
             return 2, f"nvidia-smi(fake): {' '.join(args)} is not simulated\n", ""
-        return 0, self.texts[key], ""
+        rc, text = self.answers[key]
+        return rc, text, ""
 
 
 class FakeNVMLError(Exception):
