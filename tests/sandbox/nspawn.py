@@ -530,42 +530,54 @@ def teardown_host(host: dict) -> None:
     shutil.rmtree(host["dir"], ignore_errors=True)
 
 
+def bare_record(hdir: Path) -> dict:
+    """What teardown needs of a host whose host.json is missing: its cgroup dirs, veth and dir follow from the name."""
+    return {"name": hdir.name, "pid": None, "interface": interface_name(hdir.name), "dir": str(hdir), "root": ""}
+
+
 def down(name: str) -> int:
     """Tear down every host of NAME and its state dir; returns how many hosts were removed."""
     started = time.monotonic()
     sdir = state_dir(name)
     hosts = load_hosts(name)
+    known = {h["name"] for h in hosts}
+    hosts += [bare_record(d) for d in sorted(sdir.glob("hosts/*")) if d.is_dir() and d.name not in known]
     for host in hosts:
         teardown_host(host)
-    for point in mounts_under(sdir):  # anything left by a host whose record is gone
-        run("umount", "--lazy", point, check=False)
     shutil.rmtree(sdir, ignore_errors=True)
-    for parent in sandbox_cgroup_dirs():
-        with contextlib.suppress(OSError):
-            parent.rmdir()  # only when no other sandbox is up
+    remove_cgroup_parents()
     log(f"{name}: {len(hosts)} host(s) down in {time.monotonic() - started:.1f} s")
     return len(hosts)
 
 
+def remove_cgroup_parents() -> None:
+    for parent in sandbox_cgroup_dirs():
+        with contextlib.suppress(OSError):
+            parent.rmdir()  # only succeeds once no other sandbox is up
+
+
 def sandboxes() -> list[str]:
-    return sorted(p.name for p in STATE_ROOT.iterdir() if p.is_dir()) if STATE_ROOT.is_dir() else []
+    if not STATE_ROOT.is_dir():
+        return []
+    return sorted(p.name for p in STATE_ROOT.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
 def sweep_orphans() -> None:
-    """Containers and mounts of this checkout whose state went missing (down --all)."""
-    for cg in sandbox_cgroup_dirs():
-        for child in [c for c in cg.iterdir() if c.is_dir()]:
-            pids = cgroup_pids([child])
-            ours = any(str(STATE_ROOT).encode() in Path(f"/proc/{p}/cmdline").read_bytes()
-                       for p in pids if Path(f"/proc/{p}/cmdline").exists())
-            if ours or not pids:
-                teardown_host({"name": child.name, "pid": None, "interface": interface_name(child.name),
-                               "dir": str(STATE_ROOT / ".orphans" / child.name), "root": ""})
+    """Hosts of this checkout whose state dir is gone (cgroup dirs whose nspawn runs under STATE_ROOT)."""
+    recorded = {h["name"] for name in sandboxes() for h in load_hosts(name)}
+    for parent in sandbox_cgroup_dirs():
+        for child in [c for c in parent.iterdir() if c.is_dir() and c.name not in recorded]:
+            cmdlines = []
+            for pid in cgroup_pids([child]):
+                with contextlib.suppress(OSError):
+                    cmdlines.append(Path(f"/proc/{pid}/cmdline").read_bytes())
+            if not cmdlines or any(str(STATE_ROOT).encode() in c for c in cmdlines):
+                log(f"removing orphaned host {child.name}")
+                teardown_host(bare_record(STATE_ROOT / ".orphans" / child.name))
     for point in mounts_under(STATE_ROOT):
         run("umount", "--lazy", point, check=False)
-    for parent in sandbox_cgroup_dirs():
-        with contextlib.suppress(OSError):
-            parent.rmdir()
+    shutil.rmtree(STATE_ROOT / ".orphans", ignore_errors=True)
+    remove_cgroup_parents()
 
 
 def status(name: str) -> list[dict]:
