@@ -137,13 +137,14 @@ def parse_query_gpu(text):
         line = raw_line.strip()
         if not line:
             continue
-        cells = [c.strip() for c in line.split(",")]
+        raw = line.split(",")
+        cells = [c.strip() for c in raw]
         if len(cells) < 5 or not cells[0].isdigit():
             raise ValueError(f"unexpected --query-gpu line: {line!r}")
         has_cc = len(cells) >= 6 and (_na(cells[-1]) is None or re.match(r"^\d+\.\d+$", cells[-1]))
         tail = 3 if has_cc else 2
         index, uuid = int(cells[0]), _na(cells[1])
-        name = _na(",".join(cells[2:len(cells) - tail]).strip())
+        name = _na(",".join(raw[2:len(raw) - tail]))
         bus = cells[len(cells) - tail]
         mem = _na(cells[len(cells) - tail + 1])
         ccap = _na(cells[-1]) if has_cc else None
