@@ -96,3 +96,47 @@ def test_not_facts():
 ])
 def test_link_order(codes, order):
     assert sorted(codes, key=pp.link_rank) == order
+
+
+def synthetic(nodes, per_node, link_in="NV18", link_across="NV18"):
+    """Facts of a made-up host: `nodes` NUMA nodes of `per_node` GPUs, 4 CPUs per GPU."""
+    gpus, numa_nodes = [], []
+    for n in range(nodes):
+        cpus = list(range(n * per_node * 4, (n + 1) * per_node * 4))
+        numa_nodes.append({"id": n, "cpus": cpus})
+        for k in range(per_node):
+            gpus.append({"index": n * per_node + k, "numa_node": n, "cpu_affinity": cpus})
+    node = {g["index"]: g["numa_node"] for g in gpus}
+    links = {str(i): {str(j): "X" if i == j else (link_in if node[i] == node[j] else link_across) for j in node}
+             for i in node}
+    return {"gpus": gpus, "numa_nodes": numa_nodes, "links": links, "p2p": {}, "warnings": [], "reason": None}
+
+
+def test_large_host_is_quick_and_sound():
+    facts = synthetic(4, 8, "NV18", "SYS")
+    got = pd_placement(facts, [{"name": f"i{n}", "tp": 4} for n in range(8)])
+    assert [p["numa_node"] for p in got] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert all(not p["warnings"] for p in got)
+    big = pd_placement(facts, [{"name": "big", "tp": 20}])[0]  # C(32, 20) subsets: grown greedily
+    assert len(big["gpus"]) == 20 and big["warnings"]
+    assert big["gpus"][:16] == list(range(16))  # two whole nodes first (fewest sets spanned)
+
+
+def test_many_small_instances():
+    facts = synthetic(2, 8)
+    got = pd_placement(facts, [{"name": f"w{n}", "tp": 1} for n in range(16)])
+    assert [p["gpus"][0] for p in got] == list(range(16))
+    assert [p["numa_node"] for p in got] == [0] * 8 + [1] * 8
+
+
+def test_without_links_locality_still_decides():
+    facts = synthetic(2, 4)
+    facts["links"] = {}
+    got = pd_placement(facts, [{"name": "p", "tp": 2}, {"name": "d", "tp": 4}])
+    assert got[0]["gpus"] == [0, 1] and got[1]["gpus"] == [4, 5, 6, 7]
+
+
+def test_strict_as_positional_argument():
+    facts = synthetic(2, 4)
+    with pytest.raises(AnsibleFilterError, match="strict placement"):
+        pd_placement(facts, [{"name": "big", "tp": 8}], True)
