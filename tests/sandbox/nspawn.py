@@ -459,6 +459,9 @@ def up(name: str, count: int, topology: str) -> list[dict]:
         for index, hname in enumerate(wanted, start=1):
             old = existing.get(hname)
             if old and host_running(old):
+                if old["topology"] != topology:
+                    log(f"{hname} is up with topology {old['topology']}; --topology {topology} ignored "
+                        "(take the sandbox down to change it)")
                 continue
             if old:  # leftovers of a host that died: clear them before reusing the name
                 teardown_host(old)
