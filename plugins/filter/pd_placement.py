@@ -6,14 +6,15 @@ Documentation: pd_placement.yml beside this file. Logic: plugins/module_utils/pd
 """
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.disagg.sglang.plugins.module_utils.pd_placement import PlacementError, place
 
 
 def pd_placement(gpu_topology, instances, strict=False):
     """gpu_topology facts | pd_placement([{name, tp} or {name, gpus}, ...], strict=false)."""
     try:
-        return place(gpu_topology, instances, strict=bool(strict))
-    except PlacementError as exc:
+        return place(gpu_topology, instances, strict=boolean(strict, strict=True))
+    except (PlacementError, TypeError) as exc:
         raise AnsibleFilterError(f"pd_placement: {exc}") from exc
 
 

@@ -140,3 +140,13 @@ def test_strict_as_positional_argument():
     facts = synthetic(2, 4)
     with pytest.raises(AnsibleFilterError, match="strict placement"):
         pd_placement(facts, [{"name": "big", "tp": 8}], True)
+
+
+@pytest.mark.parametrize(("strict", "fails"), [("true", True), ("false", False), ("yes", True), (0, False)])
+def test_strict_given_as_text(strict, fails):
+    facts = synthetic(2, 4)
+    if fails:
+        with pytest.raises(AnsibleFilterError, match="strict placement"):
+            pd_placement(facts, [{"name": "big", "tp": 8}], strict)
+    else:
+        assert pd_placement(facts, [{"name": "big", "tp": 8}], strict)[0]["warnings"]
