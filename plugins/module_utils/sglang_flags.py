@@ -39,12 +39,36 @@ def merge_flags(*layers):
     return merged
 
 
+# Other spellings argparse maps onto the identity flags (sglang 0.5.23 aliases).
+IDENTITY_ALIASES = {
+    "model": "model-path",
+    "tensor-parallel-size": "tp-size",
+    "nccl-init-addr": "dist-init-addr",
+}
+
+
+def _identity_of(name):
+    """The identity flag a key would set on sglang's command line, through an alias or a prefix."""
+    if name in IDENTITY_FLAGS:
+        return name
+    if name in IDENTITY_ALIASES:
+        return IDENTITY_ALIASES[name]
+    # argparse takes any unique prefix (allow_abbrev) and the last occurrence wins.
+    for full in list(IDENTITY_FLAGS) + list(IDENTITY_ALIASES):
+        if full.startswith(name):
+            return IDENTITY_ALIASES.get(full, full)
+    return None
+
+
 def _check_no_identity(flags, where):
     for key in flags or {}:
         name = str(key).lstrip("-")
-        if name in IDENTITY_FLAGS:
+        identity = _identity_of(name)
+        if identity:
+            spelled = "" if identity == name else f" (spelled --{name})"
             raise FlagError(
-                f"{where} sets --{name}, which the collection derives from {IDENTITY_FLAGS[name]}; set that instead"
+                f"{where} sets --{identity}{spelled}, which the collection derives from "
+                f"{IDENTITY_FLAGS[identity]}; set that instead"
             )
 
 
@@ -129,7 +153,8 @@ def _value(value):
 def render_lines(flags):
     """Flag mapping -> list of argument lines: [["--page-size", "256"], ["--enable-metrics"]].
 
-    ``true`` renders a bare switch; ``false`` and null leave the flag out; a list repeats values
+    ``true`` renders a bare switch; ``false`` and null leave the flag out (so sglang's default holds:
+    to switch off a flag that defaults on, set its ``no-<flag>: true`` spelling); a list repeats values
     after one flag (argparse nargs).
     """
     lines = []

@@ -98,6 +98,9 @@ def test_decode_keeps_cuda_graphs_and_prefill_chunking_stays_on_prefill():
         ("extra", {"extra_flags": {"port": 1234}}, "sglang_prefill_extra_flags sets --port"),
         ("instance", {"instance_flags": {"--tp-size": 8}}, "prefill instance prefill0 sets --tp-size"),
         ("model", {"model_path": ""}, "sglang_model_path is empty"),
+        ("alias", {"extra_flags": {"tensor-parallel-size": 8}}, r"sets --tp-size \(spelled --tensor-parallel-size\)"),
+        ("prefix", {"extra_flags": {"tp": 8}}, r"sets --tp-size \(spelled --tp\)"),
+        ("model-alias", {"instance_flags": {"model": "/x"}}, r"sets --model-path \(spelled --model\)"),
     ],
 )
 def test_identity_flags_have_one_source(where, layer, message):
