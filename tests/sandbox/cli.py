@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 from . import fakegpu, nspawn, wheelhouse
@@ -113,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if os.geteuid() != 0 and args.command in ("up", "down"):
         print("sandbox: up/down need root (mounts, veths, cgroups)", file=sys.stderr)
+        return 2
+    if getattr(args, "name", None) and not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,40}", args.name):
+        print("sandbox: --name must be lowercase letters, digits and '-' (it becomes host names)", file=sys.stderr)
         return 2
     if args.command == "up" and not 1 <= args.hosts <= 64:
         print("sandbox: --hosts must be 1..64", file=sys.stderr)
