@@ -23,7 +23,8 @@ PYTHON_VERSION = "3.11"
 PLATFORMS = ([f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)]
              + ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"])
 WITH_DEPS = ["sglang-router==0.3.2", "nvidia-ml-py==13.615.71", "numpy", "pip", "setuptools", "wheel"]
-NO_DEPS = ["nixl-cu13==1.5.1"]
+# nixl is the meta package that provides `nixl._api` (the import sglang makes); nixl-cu13 the CUDA 13 build.
+NO_DEPS = ["nixl==1.5.1", "nixl-cu13==1.5.1"]
 PDSIM = Path(__file__).resolve().parent / "pdsim"
 PDSIM_DIST = "sglang_pd_sim"
 BUILD_LEFTOVERS = ("build", "dist", "*.egg-info", "__pycache__")
