@@ -5,6 +5,7 @@ What a guest gets (paths inside the guest):
   /opt/fakegpu/sysroot/sys/...    a fake sysfs: NUMA nodes, CPUs, one PCI device per GPU
   /opt/fakegpu/bin/numactl        numactl shim checked against the fake NUMA nodes
   /usr/local/bin/nvidia-smi       fake nvidia-smi answering from topology.json
+  /opt/models/DeepSeek-V4-Flash/  no weights; a tiny real tokenizer and config for the router
 The collection's topology module runs unchanged with sysfs_root=/opt/fakegpu/sysroot.
 """
 
@@ -155,6 +156,27 @@ def render_sysfs(topo: dict, sys_dir: Path) -> None:
     _write(sys_dir / "module/nvidia/version", topo["driver_version"])
 
 
+# The model directory the sandbox inventory names: no weights (the simulator needs none), but a real
+# tokenizer (a tiny word-level one) and config, so the real router loads a local tokenizer as on a GPU host.
+MODEL_DIR = "opt/models/DeepSeek-V4-Flash"
+_WORDS = "the capital of france is paris hello world verify tok a b c".split()
+
+
+def render_model(model: Path) -> None:
+    special = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                "normalized": False, "special": True} for i, t in ((1, "<s>"), (2, "</s>"))]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {w: i + 3 for i, w in enumerate(_WORDS)}
+    tokenizer = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": special,
+                 "normalizer": {"type": "Lowercase"}, "pre_tokenizer": {"type": "Whitespace"},
+                 "post_processor": None, "decoder": None,
+                 "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}}
+    chat = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+    _write(model / "tokenizer.json", json.dumps(tokenizer))
+    config = {"bos_token": "<s>", "eos_token": "</s>", "chat_template": chat}
+    _write(model / "tokenizer_config.json", json.dumps(config))
+    _write(model / "config.json", json.dumps({"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4"}))
+
+
 def render(root: Path, hostname: str, topology: str = DEFAULT_TOPOLOGY) -> dict:
     """Writes the fake GPU box into a guest root (an overlay upper dir); returns the expanded topology."""
     topo = expand(load_spec(topology), hostname)
@@ -170,4 +192,5 @@ def render(root: Path, hostname: str, topology: str = DEFAULT_TOPOLOGY) -> dict:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest)
         dest.chmod(0o755)
+    render_model(root / MODEL_DIR)
     return topo

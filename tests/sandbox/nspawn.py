@@ -37,7 +37,8 @@ GUEST_IF = "host0"
 SUITE = "bookworm"
 PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "iproute2",
             "openssh-server", "sudo", "ca-certificates", "numactl", "curl",
-            "python3-packaging"]  # ansible.builtin.pip imports it on the target
+            "python3-packaging",  # ansible.builtin.pip imports it on the target
+            "python3-apt"]  # ansible.builtin.package (apt) needs it; real Debian hosts have it
 # Units that only cost boot time in a throwaway container.
 MASKED_UNITS = ["apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer",
                 "e2scrub_reap.service", "dpkg-db-backup.timer", "systemd-firstboot.service",
