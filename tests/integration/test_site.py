@@ -1,7 +1,8 @@
-"""site.yml on a sandbox host: rerun, partial runs, check mode, and the rtxpro6000-8x inventory rendered.
+"""site.yml on sandbox hosts: rerun, partial runs, check mode, and the rtxpro6000-8x inventory rendered.
 
-One sandbox host (the 8x RTX PRO 6000 shape) is booted and converged once for the module; each test then
-runs ansible-playbook against it as a user would, and asks systemd what happened.
+Two sandbox hosts of the 8x RTX PRO 6000 shape are booted for the module: the first is converged once and
+each test runs ansible-playbook against it as a user would, then asks systemd what happened; the second
+stays bare, for rendering inventories/rtxpro6000-8x in check mode onto a host that has nothing yet.
 """
 
 import json
@@ -19,6 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
 SANDBOX = "pytest-site"
 HOST = f"{SANDBOX}-1"
+BARE = f"{SANDBOX}-2"
 UNITS = ["sglang-prefill0", "sglang-decode0", "sglang-router"]
 EXPECTED = yaml.safe_load((REPO / "tests/integration/expected/rtxpro6000-8x.yml").read_text())
 
@@ -55,7 +57,7 @@ def recap(output):
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory):
     """A converged sandbox host and an inventory for it (the sandbox inventory's group_vars)."""
-    run([str(VENV_BIN / "python"), "-m", "tests.sandbox", "up", "--name", SANDBOX, "--hosts", "1"])
+    run([str(VENV_BIN / "python"), "-m", "tests.sandbox", "up", "--name", SANDBOX, "--hosts", "2"])
     inv = tmp_path_factory.mktemp("inventory")
     ssh_config = REPO / ".cache" / "sandbox" / SANDBOX / "ssh_config"
     (inv / "hosts.yml").write_text(
@@ -83,8 +85,8 @@ def playbook(sandbox, *args, **kwargs):
     return run([str(VENV_BIN / "ansible-playbook"), "-i", sandbox["inventory"], "site.yml", *args], **kwargs)
 
 
-def on_host(sandbox, command):
-    return run(["ssh", "-F", sandbox["ssh_config"], HOST, command]).stdout
+def on_host(sandbox, command, host=HOST):
+    return run(["ssh", "-F", sandbox["ssh_config"], host, command]).stdout
 
 
 def start_times(sandbox):
@@ -107,7 +109,7 @@ def test_rerun_changes_nothing_and_restarts_nothing(sandbox):
     out = playbook(sandbox).stdout
     assert recap(out)["changed"] == 0, out[-4000:]
     assert start_times(sandbox) == before
-    assert re.search(r"The capital of France is -> \S", out), "no answer through the router was printed"
+    assert re.search(r"The capital of France is -> +\S", out), "no answer through the router was printed"
 
 
 def test_check_diff_shows_the_unit_diff_and_changes_nothing(sandbox):
@@ -167,20 +169,37 @@ def parse_unit(text):
     return tokens[:first_flag], flags, env
 
 
+def new_units_in_diff(output):
+    """{unit: content} of the unit files a --diff run would create (diffs from nothing: @@ -0,0 +1,N @@)."""
+    units = {}
+    for block in re.split(r"^--- before$", output, flags=re.MULTILINE)[1:]:
+        hunk = re.search(r"^@@ -0,0 \+1,(\d+) @@\n", block, re.MULTILINE)
+        if not hunk:
+            continue
+        lines = block[hunk.end() :].split("\n")[: int(hunk.group(1))]
+        assert all(line.startswith("+") for line in lines), block[:2000]
+        content = "\n".join(line[1:] for line in lines) + "\n"
+        name = re.search(r"^SyslogIdentifier=(\S+)$", content, re.MULTILINE)
+        if name:
+            units[name.group(1)] = content
+    return units
+
+
 def test_rtxpro6000_inventory_renders_the_units_an_expert_writes(sandbox, tmp_path):
-    """inventories/rtxpro6000-8x in check mode against a host of its shape: the diff's new units."""
-    hosts = json.loads((REPO / ".cache" / "sandbox" / SANDBOX / "hosts.json").read_text())
+    """inventories/rtxpro6000-8x in check mode against a bare host of its shape: the units it would write."""
+    hosts = {h["name"]: h for h in json.loads((REPO / ".cache" / "sandbox" / SANDBOX / "hosts.json").read_text())}
+    # The real host keeps its model (and tokenizer) under /models; give the bare host that much.
+    on_host(sandbox, "mkdir -p /models && cp -a /opt/models/DeepSeek-V4-Flash /models/", host=BARE)
     target = {
-        "ansible_host": hosts[0]["address"],
-        "ansible_ssh_private_key_file": hosts[0]["identity_file"],
+        "ansible_host": hosts[BARE]["address"],
+        "ansible_ssh_private_key_file": hosts[BARE]["identity_file"],
         "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
         # The sandbox's fake GPU box stands in for the real one: only where facts are read from changes.
-        "sglang_topology_sysfs_root": hosts[0]["sysfs_root"],
+        "sglang_topology_sysfs_root": hosts[BARE]["sysfs_root"],
     }
-    sums = unit_sums(sandbox)
     extra = tmp_path / "target.json"
     extra.write_text(json.dumps(target))
-    proc = run(
+    out = run(
         [
             str(VENV_BIN / "ansible-playbook"),
             "-i",
@@ -188,27 +207,18 @@ def test_rtxpro6000_inventory_renders_the_units_an_expert_writes(sandbox, tmp_pa
             "site.yml",
             "--check",
             "--diff",
-            "--tags",
-            "topology,prefill,decode,router",
             "-e",
             f"@{extra}",
         ],
-        env={"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"},
-    )
-    result = json.loads(proc.stdout)
-    rendered = {}
-    for play in result["plays"]:
-        for task in play["tasks"]:
-            host = next(iter(task["hosts"].values()))
-            for item in host.get("results", []):
-                for diff in item.get("diff", []) if isinstance(item.get("diff"), list) else []:
-                    name = Path(diff.get("after_header", "")).name
-                    if name.endswith(".service") and "after" in diff:
-                        rendered[name.removesuffix(".service")] = diff["after"]
-    assert set(rendered) == set(EXPECTED), f"rendered {sorted(rendered)}"
+    ).stdout
+    rendered = new_units_in_diff(out)
+    assert set(rendered) == set(EXPECTED), f"rendered {sorted(rendered)}:\n{out[-3000:]}"
     for unit, want in EXPECTED.items():
         prefix, flags, env = parse_unit(rendered[unit])
         assert prefix == want["prefix"], unit
         assert flags == want["flags"], unit
         assert env == want["env"], unit
-    assert unit_sums(sandbox) == sums, "check mode wrote a unit"
+    left = on_host(
+        sandbox, "ls /etc/systemd/system/ | grep -c '^sglang-' || true; test -e /opt/sglang || echo no-venv", host=BARE
+    )
+    assert left.split() == ["0", "no-venv"], f"check mode changed the bare host: {left}"
