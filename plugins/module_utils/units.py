@@ -51,7 +51,8 @@ def worker_units(instances, placement, profile, role, settings):
             raise sf.FlagError(f"{role} instance {name} has no placement: the topology role did not place it")
         slot = slots[name]
         instance = dict(instance, tp=instance.get("tp") or len(slot["gpus"]))  # noqa: PLW2901
-        lines = sf.render_lines(sf.worker_flags(profile, role, instance, settings))
+        flags = sf.worker_flags(profile, role, instance, settings)
+        lines = sf.render_lines(flags)
         binding = _binding(settings["numactl_path"], slot)
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in slot["gpus"])}
         if binding:
@@ -67,6 +68,7 @@ def worker_units(instances, placement, profile, role, settings):
                 "description": f"SGLang {role} worker {name} (GPUs {env['CUDA_VISIBLE_DEVICES']})",
                 "exec": [*binding, f"{settings['venv']}/bin/python", "-m", settings["server_module"]],
                 "lines": lines,
+                "flags": flags,
                 "env": env,
                 "port": instance["port"],
                 "health_url": f"http://{_local(settings.get('host'))}:{instance['port']}/health",
