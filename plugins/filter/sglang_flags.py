@@ -30,5 +30,7 @@ class FilterModule:
             "worker_units": _wrap(units.worker_units),
             "router_unit": _wrap(units.router_unit),
             "pd_workers": _wrap(units.pd_workers),
+            "kv_contract": units.kv_contract,
+            "kv_mismatches": units.kv_mismatches,
             "systemd_line": systemd_line,
         }

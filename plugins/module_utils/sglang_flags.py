@@ -133,6 +133,13 @@ def router_lines(prefills, decodes, settings):
         raise FlagError("the router has no prefill worker: put hosts with sglang_prefill_instances in group prefill")
     if not decodes:
         raise FlagError("the router has no decode worker: put hosts with sglang_decode_instances in group decode")
+    for key in settings:
+        name = str(key).lstrip("-")
+        if name in ("pd-disaggregation", "prefill", "decode", "worker-urls"):
+            raise FlagError(
+                f"sglang_router_extra_flags sets --{name}, which the collection generates from the inventory's "
+                "prefill and decode instances; change the instances or the groups instead"
+            )
     lines = [["--pd-disaggregation"]]
     for worker in prefills:
         if worker.get("bootstrap_port") is None:

@@ -81,6 +81,38 @@ def worker_units(instances, placement, profile, role, settings):
     return specs
 
 
+# What every prefill and decode instance must agree on: SGLang refuses a KV handoff between workers that
+# differ in page size or KV cache dtype at connect time; the transfer backend and the speculative
+# algorithm (its draft input travels with the KV) must match on both sides too.
+KV_CONTRACT = ("page-size", "kv-cache-dtype", "disaggregation-transfer-backend", "speculative-algorithm")
+
+
+def kv_contract(spec):
+    """The part of a worker unit spec that its PD peers must share."""
+    values = {key: spec["flags"].get(key) for key in KV_CONTRACT}
+    return {
+        "unit": spec["unit"],
+        "role": spec["role"],
+        "values": {k: None if v is None else str(v) for k, v in values.items()},
+    }
+
+
+def kv_mismatches(contracts):
+    """Messages for each KV_CONTRACT flag on which the given worker contracts disagree (empty: all agree)."""
+    messages = []
+    for key in KV_CONTRACT:
+        seen = {}
+        for contract in contracts:
+            where = f"{contract['unit']}@{contract.get('host', '?')}"
+            seen.setdefault(contract["values"].get(key), []).append(where)
+        if len(seen) > 1:
+            parts = "; ".join(
+                f"{value if value is not None else 'unset'} on {', '.join(units)}" for value, units in seen.items()
+            )
+            messages.append(f"--{key} differs between PD workers: {parts}")
+    return messages
+
+
 def pd_workers(hosts_by_role, host_vars, colocated):
     """The router's view of the workers: [{role, host, name, url, bootstrap_port}].
 

@@ -216,3 +216,58 @@ def test_systemd_quoting(token, quoted):
 def test_cpu_list_is_the_kernel_format():
     assert units.cpu_list([3, 0, 1, 2, 8, 10, 9, 12]) == "0-3,8-10,12"
     assert units.cpu_list([]) == ""
+
+
+def _contract(unit, role, host, **values):
+    base = {
+        "page-size": "256",
+        "kv-cache-dtype": "fp8_e4m3",
+        "disaggregation-transfer-backend": "nixl",
+        "speculative-algorithm": None,
+    }
+    return {"unit": unit, "role": role, "host": host, "values": base | values}
+
+
+def test_kv_contract_reads_the_merged_flags():
+    spec = units.worker_units([DECODE], PLACEMENT, PROFILE, "decode", SETTINGS)[0]
+    assert units.kv_contract(spec)["values"] == {
+        "page-size": "256",
+        "kv-cache-dtype": "fp8_e4m3",
+        "disaggregation-transfer-backend": "nixl",
+        "speculative-algorithm": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("decode_values", "expected"),
+    [
+        ({}, []),
+        (
+            {"page-size": "128"},
+            ["--page-size differs between PD workers: 256 on sglang-prefill0@a; 128 on sglang-decode0@b"],
+        ),
+        (
+            {"kv-cache-dtype": "bfloat16", "speculative-algorithm": "EAGLE"},
+            [
+                "--kv-cache-dtype differs between PD workers: fp8_e4m3 on sglang-prefill0@a; bfloat16 on sglang-decode0@b",
+                "--speculative-algorithm differs between PD workers: unset on sglang-prefill0@a; EAGLE on sglang-decode0@b",
+            ],
+        ),
+    ],
+)
+def test_kv_mismatches_name_the_flag_and_the_units(decode_values, expected):
+    contracts = [
+        _contract("sglang-prefill0", "prefill", "a"),
+        _contract("sglang-decode0", "decode", "b", **decode_values),
+    ]
+    assert units.kv_mismatches(contracts) == expected
+
+
+@pytest.mark.parametrize("flag", ["prefill", "--decode", "pd-disaggregation", "worker-urls"])
+def test_router_extra_flags_cannot_rewire_the_workers(flag):
+    with pytest.raises(sf.FlagError, match=f"sglang_router_extra_flags sets --{flag.lstrip('-')}"):
+        units.router_unit(
+            [{"url": "http://h:1", "bootstrap_port": 8998}],
+            [{"url": "http://h:2"}],
+            {"venv": "/v", "flags": {flag: "http://x:1"}},
+        )
