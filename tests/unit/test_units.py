@@ -249,8 +249,10 @@ def test_kv_contract_reads_the_merged_flags():
         (
             {"kv-cache-dtype": "bfloat16", "speculative-algorithm": "EAGLE"},
             [
-                "--kv-cache-dtype differs between PD workers: fp8_e4m3 on sglang-prefill0@a; bfloat16 on sglang-decode0@b",
-                "--speculative-algorithm differs between PD workers: unset on sglang-prefill0@a; EAGLE on sglang-decode0@b",
+                "--kv-cache-dtype differs between PD workers: fp8_e4m3 on sglang-prefill0@a; "
+                "bfloat16 on sglang-decode0@b",
+                "--speculative-algorithm differs between PD workers: unset on sglang-prefill0@a; "
+                "EAGLE on sglang-decode0@b",
             ],
         ),
     ],
