@@ -1,0 +1,259 @@
+"""Faults under load on a sandbox host: kill -9 of decode, prefill and router, and a config push that breaks decode.
+
+One sandbox host (`pytest-faults-1`) is converged with site.yml, the sandbox group_vars and extra vars that
+make recovery quick (RestartSec=1, the simulator's token latency 5 ms); the router keeps its own defaults.
+Load comes from tests/sandbox/load.py, copied into the guest and run there over ssh (the router listens on
+the guest's loopback): bounded in requests, concurrency, per-request timeout and total time.
+
+For each unit in turn: a load of 300 requests at concurrency 16 (20 starts/s) runs, the unit is killed with
+SIGKILL mid-load, systemd must restart it, and the deployment counts as ready again once the router's
+/readiness counts every worker healthy AND a probe request through it succeeds. /readiness alone is not
+enough: after a decode dies, the router keeps answering ready while its circuit breaker turns every request
+away with 503 for about 60 s (measured here; the breaker's default --cb-timeout-duration-secs). Errors are
+split by when the request started: before the kill, during recovery, after ready. Once ready, no request
+may fail, neither in the rest of the load nor in a following batch of 100.
+
+The last test pushes a decode configuration that fails at start-up: the run must fail with decode's journal,
+and the previous unit must be back, active with the previous configuration and serving.
+
+The counts and times of each fault are printed (also under `make test`, bypassing output capture).
+"""
+
+import json
+import os
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = REPO / ".venv" / "bin"
+SANDBOX = "pytest-faults"
+HOST = f"{SANDBOX}-1"
+LOAD = REPO / "tests" / "sandbox" / "load.py"
+GUEST_LOAD = "/root/load.py"
+TOKEN_LATENCY = "0.005"
+QUICK = {
+    "sglang_restart_sec": 1,
+    "sglang_prefill_extra_env": {"SGLANG_SIM_TOKEN_LATENCY": TOKEN_LATENCY},
+    "sglang_decode_extra_env": {"SGLANG_SIM_TOKEN_LATENCY": TOKEN_LATENCY},
+}
+# The fault load: 300 requests, 16 at a time, at most 20 starts/s (about 15 s, so the kill lands mid-load).
+FAULT_LOAD = ["run", "--requests", "300", "--concurrency", "16", "--rate", "20", "--timeout", "10",
+              "--deadline", "40", "--readiness"]  # fmt: skip
+AFTER_LOAD = ["run", "--requests", "100", "--concurrency", "16", "--timeout", "10", "--deadline", "30"]
+KILL_AFTER = 2.0  # seconds into the load
+READY_TIMEOUT = 120  # the router's circuit breaker alone holds requests off for about 60 s
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandbox hosts need root")
+
+
+def run(cmd, *, check=True, timeout=600, quiet=False):
+    started = time.monotonic()
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
+    )
+    if not quiet:
+        print(f"$ {shlex.join(cmd)}  ({time.monotonic() - started:.1f} s, rc {proc.returncode})")
+    if check and proc.returncode != 0:
+        pytest.fail(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def report(capsys, line):
+    """A result line that shows in pytest's output even when it captures (make test)."""
+    with capsys.disabled():
+        print(f"\n[faults] {line}", flush=True)
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    """The converged sandbox host: ssh command prefix, inventory and the extra-vars file of the converge."""
+    run([str(VENV_BIN / "python"), "-m", "tests.sandbox", "up", "--name", SANDBOX, "--hosts", "1"])
+    try:
+        inv = tmp_path_factory.mktemp("faults-inventory")
+        ssh_config = REPO / ".cache" / "sandbox" / SANDBOX / "ssh_config"
+        (inv / "hosts.yml").write_text(
+            yaml.safe_dump(
+                {
+                    "all": {
+                        "vars": {
+                            "ansible_connection": "ssh",
+                            "ansible_user": "root",
+                            "ansible_ssh_common_args": f"-F {ssh_config}",
+                        },
+                        "children": {group: {"hosts": {HOST: None}} for group in ("prefill", "decode", "router")},
+                    }
+                }
+            )
+        )
+        (inv / "group_vars").symlink_to(REPO / "inventories" / "sandbox" / "group_vars")
+        quick = tmp_path_factory.mktemp("faults-vars") / "quick.json"  # not in the inventory dir: it would be read
+        quick.write_text(json.dumps(QUICK))
+        h = {"ssh": ["ssh", "-F", str(ssh_config), "-o", "BatchMode=yes", HOST], "inventory": str(inv),
+             "quick": str(quick), "ssh_config": str(ssh_config)}  # fmt: skip
+        started = time.monotonic()
+        run([str(VENV_BIN / "ansible-playbook"), "-i", str(inv), "site.yml", "-e", f"@{quick}"])
+        print(f"converged in {time.monotonic() - started:.1f} s")
+        run(["scp", "-q", "-F", str(ssh_config), str(LOAD), f"{HOST}:{GUEST_LOAD}"])
+        yield h
+    finally:
+        run([str(VENV_BIN / "python"), "-m", "tests.sandbox", "down", "--name", SANDBOX], check=False)
+
+
+def on_host(host, command, *, check=True, timeout=120):
+    return run([*host["ssh"], command], check=check, timeout=timeout, quiet=True)
+
+
+def load(host, *args, timeout=180):
+    """Runs load.py in the guest and returns its JSON."""
+    proc = on_host(host, shlex.join(["python3", GUEST_LOAD, *args]), check=False, timeout=timeout)
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail(f"load.py {' '.join(args)} gave no JSON (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+
+
+def wait_ready(host, timeout=READY_TIMEOUT):
+    """Waits until /readiness counts every worker healthy and a probe request succeeds; returns load.py's JSON."""
+    result = load(host, "wait-ready", "--timeout", str(timeout), "--probes", "1", timeout=timeout + 30)
+    assert result["ready"], f"not ready within {timeout} s: {result}"
+    return result
+
+
+def unit_state(host, unit):
+    out = on_host(host, f"systemctl show -p NRestarts -p ActiveState -p SubState -p MainPID {unit}.service").stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def guest_now(host):
+    return float(on_host(host, "date +%s.%N").stdout)
+
+
+def split_errors(result, kill_at, ready_at):
+    """Requests of a load and their errors by phase: "before" (ended before the kill), "during" (in flight at
+    the kill or started before the deployment was ready again), "after" (started once it was ready)."""
+    t0 = result["t0"]
+    split = {phase: {"requests": 0, "errors": {}} for phase in ("before", "during", "after")}
+    for start, end, status in result["timeline"]:
+        phase = split["before" if t0 + end < kill_at else "during" if t0 + start < ready_at else "after"]
+        phase["requests"] += 1
+        if status != "200":
+            phase["errors"][status] = phase["errors"].get(status, 0) + 1
+    return split
+
+
+def phase_text(phase):
+    errors = phase["errors"]
+    return f"{sum(errors.values())}/{phase['requests']} failed" + (f" {errors}" if errors else "")
+
+
+@pytest.mark.parametrize(
+    "unit", ["sglang-decode0", "sglang-prefill0", "sglang-router"], ids=lambda u: u.removeprefix("sglang-")
+)
+def test_kill_9_under_load_recovers_and_then_nothing_fails(host, unit, capsys):
+    wait_ready(host)  # a clean start: the previous fault is over
+    restarts = int(unit_state(host, unit)["NRestarts"])
+    loader = subprocess.Popen(
+        [*host["ssh"], shlex.join(["python3", GUEST_LOAD, *FAULT_LOAD])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(KILL_AFTER)
+        kill_at = float(on_host(host, f"date +%s.%N; systemctl kill --signal=SIGKILL {unit}.service").stdout)
+
+        # systemd brings it back (RestartSec=1): bounded poll of the restart count and state
+        deadline, state = time.monotonic() + 30, {}
+        while time.monotonic() < deadline:
+            state = unit_state(host, unit)
+            if int(state["NRestarts"]) > restarts and state["ActiveState"] == "active":
+                break
+            time.sleep(0.2)
+        active_at = guest_now(host)
+        assert int(state["NRestarts"]) > restarts, f"systemd did not restart {unit}: {state}"
+        assert state["ActiveState"] == "active", f"{unit} is not active again: {state}"
+
+        ready = wait_ready(host)  # while the load may still run
+        out, err = loader.communicate(timeout=120)
+    finally:
+        if loader.poll() is None:
+            loader.kill()
+            loader.communicate()
+    assert loader.returncode == 0, f"load failed ({loader.returncode}): {out}\n{err}"
+    result = json.loads(out)
+    split = split_errors(result, kill_at, ready["at"])
+    after = load(host, *AFTER_LOAD)
+
+    readiness = " ".join(f"{t:+.1f}s:{seen}" for t, seen in result["readiness"])
+    report(
+        capsys,
+        f"kill -9 {unit}: systemd restarted it (NRestarts {restarts}->{state['NRestarts']}), active again "
+        f"{active_at - kill_at:.1f} s after the kill; ready again (readiness + a good probe) after "
+        f"{ready['at'] - kill_at:.1f} s (probe failures {ready['probe_failures'] or 0}). Load: {result['total']} "
+        f"requests in {result['elapsed']:.1f} s, {result['ok']} ok; before the kill {phase_text(split['before'])}; "
+        f"during recovery {phase_text(split['during'])}; after ready {phase_text(split['after'])}. "
+        f"Next batch: {after['ok']}/{after['total']} ok{' ' + str(after['errors']) if after['errors'] else ''}. "
+        f"/readiness during the load (s from its start): {readiness}",
+    )
+    assert result["total"] == 300, f"the load stopped early: {result['total']} requests"
+    assert not split["before"]["errors"], f"requests failed before the kill: {split['before']}"
+    assert not split["after"]["errors"], f"requests failed after the deployment was ready again: {split['after']}"
+    assert after["total"] == 100 and after["ok"] == 100, f"the batch after recovery had failures: {after['errors']}"
+
+
+def unit_sha256(host, unit):
+    return on_host(host, f"sha256sum /etc/systemd/system/{unit}.service").stdout.split()[0]
+
+
+def test_a_decode_push_that_fails_rolls_back_and_keeps_serving(host, capsys):
+    """A config push that breaks decode fails the run with decode's journal; the previous decode is back."""
+    unit = "sglang-decode0"
+    wait_ready(host)
+    before = unit_sha256(host, unit)
+    broken = {"sglang_decode_extra_env": {"SGLANG_SIM_TOKEN_LATENCY": TOKEN_LATENCY, "SGLANG_SIM_FAIL": "startup:exit"}}
+    started = time.monotonic()
+    push = run(
+        [str(VENV_BIN / "ansible-playbook"), "-i", host["inventory"], "site.yml",
+         "-e", f"@{host['quick']}", "-e", json.dumps(broken)],
+        check=False,
+    )  # fmt: skip
+    push_s = time.monotonic() - started
+    try:
+        output = push.stdout + push.stderr
+        assert push.returncode != 0, f"the push of a broken decode did not fail the run:\n{push.stdout[-4000:]}"
+        assert "SGLANG_SIM_FAIL startup:exit: simulated failure" in output, (
+            f"decode's journal tail is not in the output:\n{push.stdout[-4000:]}"
+        )
+        after_sha = unit_sha256(host, unit)
+        assert after_sha == before, "the previous decode unit file is not back (no rollback)"
+        state = unit_state(host, unit)
+        assert state["ActiveState"] == "active", f"decode is not active after the rollback: {state}"
+        env = on_host(host, f"tr '\\0' '\\n' < /proc/{state['MainPID']}/environ").stdout
+        assert f"SGLANG_SIM_TOKEN_LATENCY={TOKEN_LATENCY}" in env and "SGLANG_SIM_FAIL" not in env, (
+            f"decode does not run with the previous configuration:\n{env}"
+        )
+        assert on_host(host, f"systemctl show -p NeedDaemonReload --value {unit}.service").stdout.strip() == "no"
+        ready = wait_ready(host)
+        batch = load(host, *AFTER_LOAD)
+        report(
+            capsys,
+            f"broken decode push: run failed after {push_s:.1f} s (rc {push.returncode}) with decode's journal; "
+            f"unit file restored (sha256 {after_sha[:12]}), decode active ({state['NRestarts']} restarts); "
+            f"ready {ready['waited']:.1f} s after the run; batch {batch['ok']}/{batch['total']} ok {batch['errors']}",
+        )
+        assert batch["total"] == 100 and batch["ok"] == 100, f"requests failed after the rollback: {batch['errors']}"
+    finally:
+        if unit_sha256(host, unit) != before:  # no rollback happened: put the deployment back for what follows
+            run([str(VENV_BIN / "ansible-playbook"), "-i", host["inventory"], "site.yml", "-e", f"@{host['quick']}"],
+                check=False)  # fmt: skip

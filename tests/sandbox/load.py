@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Bounded load against the router of a sandbox host, standard library only (runs on the guest's python3).
+
+The router listens on the guest's loopback, so tests copy this file into the guest and run it over ssh:
+
+    python3 load.py run --requests 300 --concurrency 16 --rate 40 --deadline 60 --readiness
+    python3 load.py wait-ready --timeout 120 --probes 3
+
+`run` sends at most N POST /generate requests, C at a time (optionally at most R starts per second), each
+with its own timeout, and stops starting new ones after the deadline. It prints one JSON object:
+
+    {"t0": epoch, "elapsed": s, "total": n, "ok": n, "errors": {"502": n, "ConnectionRefusedError": n},
+     "timeline": [[start, end, "200"], ...],          # seconds since t0, one entry per request sent
+     "readiness": [[t, "200 2/2"], [t, "503"], ...]}  # with --readiness: every change of /readiness
+
+`wait-ready` waits until /readiness answers 200 with every worker healthy and then K probe requests in a
+row succeed; it prints {"ready": bool, "waited": s, "polls": n, "probe_failures": {...}, "last": ...}
+and exits 0 when ready, 1 when the timeout passed first.
+
+Only loopback (or the URL given) is contacted, never through a proxy; every loop is bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import socket
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+PROMPT = "The capital of France is"
+
+
+def outcome(exc: BaseException) -> str:
+    """A short name of why a request did not get a response: the exception class, or the socket error under it."""
+    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
+        exc = exc.reason
+    if isinstance(exc, socket.timeout | TimeoutError):
+        return "TimeoutError"
+    return type(exc).__name__
+
+
+def request(method: str, url: str, body: dict | None, timeout: float) -> tuple[str, object]:
+    """(status text, parsed body or None): "200", "503", or the exception name; never raises."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with DIRECT.open(req, timeout=timeout) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        try:
+            raw = exc.read()
+        except (OSError, http.client.HTTPException):
+            raw = b""
+        status = exc.code
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        return outcome(exc), None
+    try:
+        return str(status), json.loads(raw) if raw else None
+    except ValueError:
+        return str(status), raw.decode(errors="replace")
+
+
+def generate(base: str, timeout: float, max_new_tokens: int, seq: int) -> str:
+    """One /generate through the router; "200" only when the answer carries text."""
+    body = {"text": f"{PROMPT} {seq}", "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
+    status, answer = request("POST", f"{base}/generate", body, timeout)
+    if status == "200" and not (isinstance(answer, dict) and isinstance(answer.get("text"), str)):
+        return "200-without-text"
+    return status
+
+
+def readiness(base: str, timeout: float) -> tuple[str, bool]:
+    """("200 2/2" | "503" | exception name, every worker healthy)."""
+    status, answer = request("GET", f"{base}/readiness", None, timeout)
+    if status != "200" or not isinstance(answer, dict):
+        return status, False
+    healthy, total = answer.get("healthy_workers"), answer.get("total_workers")
+    return f"200 {healthy}/{total}", bool(total) and healthy == total
+
+
+def run(args: argparse.Namespace) -> dict:
+    t0 = time.time()
+    stop_at = time.monotonic() + args.deadline
+    start_mono = time.monotonic()
+    lock = threading.Lock()
+    next_seq = [0]
+    timeline: list[list] = []
+    changes: list[list] = []
+    done = threading.Event()
+
+    def take() -> int | None:
+        with lock:
+            seq = next_seq[0]
+            if seq >= args.requests:
+                return None
+            next_seq[0] += 1
+        if args.rate:
+            delay = start_mono + seq / args.rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        return seq if time.monotonic() < stop_at else None
+
+    def worker() -> None:
+        while (seq := take()) is not None:
+            started = time.time()
+            status = generate(args.url, args.timeout, args.max_new_tokens, seq)
+            with lock:
+                timeline.append([round(started - t0, 4), round(time.time() - t0, 4), status])
+
+    def poll_readiness() -> None:
+        last = None
+        while not done.is_set() and time.monotonic() < stop_at + args.timeout:
+            state, _ = readiness(args.url, min(args.timeout, 2.0))
+            if state != last:
+                changes.append([round(time.time() - t0, 4), state])
+                last = state
+            done.wait(args.readiness_interval)
+
+    poller = threading.Thread(target=poll_readiness, daemon=True) if args.readiness else None
+    if poller:
+        poller.start()
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(args.concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        # every request ends within its timeout; a thread still alive after that is abandoned, not waited for
+        thread.join(max(0.0, stop_at - time.monotonic()) + args.timeout + 5)
+    done.set()
+    if poller:
+        poller.join(5)
+    with lock:
+        timeline.sort()
+        errors: dict[str, int] = {}
+        for _, _, status in timeline:
+            if status != "200":
+                errors[status] = errors.get(status, 0) + 1
+        return {
+            "t0": t0,
+            "elapsed": round(time.time() - t0, 3),
+            "requested": args.requests,
+            "total": len(timeline),
+            "ok": len(timeline) - sum(errors.values()),
+            "errors": errors,
+            "timeline": timeline,
+            "readiness": changes,
+        }
+
+
+def wait_ready(args: argparse.Namespace) -> dict:
+    started = time.monotonic()
+    deadline = started + args.timeout
+    polls, streak, failures, last = 0, 0, {}, None
+    while time.monotonic() < deadline:
+        polls += 1
+        last, ready = readiness(args.url, 2.0)
+        if ready:
+            status = generate(args.url, args.request_timeout, args.max_new_tokens, polls)
+            if status == "200":
+                streak += 1
+                if streak >= args.probes:
+                    return {"ready": True, "waited": round(time.monotonic() - started, 3), "polls": polls,
+                            "probe_failures": failures, "last": last, "at": time.time()}  # fmt: skip
+                continue
+            failures[status] = failures.get(status, 0) + 1
+            last = f"{last}, probe {status}"
+        streak = 0
+        time.sleep(args.interval)
+    return {"ready": False, "waited": round(time.monotonic() - started, 3), "polls": polls,
+            "probe_failures": failures, "last": last, "at": time.time()}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default="http://127.0.0.1:8000", help="the router (default %(default)s)")
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_run = sub.add_parser("run", help="a bounded load; prints counts and a per-request timeline")
+    p_run.add_argument("--requests", type=int, default=300)
+    p_run.add_argument("--concurrency", type=int, default=16)
+    p_run.add_argument("--rate", type=float, default=0.0, help="at most this many starts per second (0: no limit)")
+    p_run.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
+    p_run.add_argument("--deadline", type=float, default=60.0, help="no request starts after this many seconds")
+    p_run.add_argument("--readiness", action="store_true", help="poll /readiness meanwhile and record its changes")
+    p_run.add_argument("--readiness-interval", type=float, default=0.1)
+    p_wait = sub.add_parser("wait-ready", help="wait for /readiness with every worker healthy and K good probes")
+    p_wait.add_argument("--timeout", type=float, default=120.0)
+    p_wait.add_argument("--interval", type=float, default=0.2)
+    p_wait.add_argument("--probes", type=int, default=1, help="successful /generate in a row that must follow")
+    p_wait.add_argument("--request-timeout", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        if args.requests < 0 or args.concurrency < 1 or args.deadline <= 0 or args.timeout <= 0:
+            parser.error("--requests >= 0, --concurrency >= 1, --deadline > 0 and --timeout > 0")
+        result = run(args)
+    else:
+        result = wait_ready(args)
+    json.dump(result, sys.stdout, separators=(",", ":"))
+    sys.stdout.write("\n")
+    return 0 if args.command == "run" or result["ready"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
