@@ -13,8 +13,9 @@ away with 503 for about 60 s (measured here; the breaker's default --cb-timeout-
 split by when the request started: before the kill, during recovery, after ready. Once ready, no request
 may fail, neither in the rest of the load nor in a following batch of 100.
 
-The last test pushes a decode configuration that fails at start-up: the run must fail with decode's journal,
-and the previous unit must be back, active with the previous configuration and serving.
+The last test pushes a decode configuration that fails at start-up (with no traffic during the push): the run
+must fail with decode's journal, and the previous unit must be back, active with the previous configuration,
+and a batch of 100 requests sent as soon as the run has returned must all succeed.
 
 The counts and times of each fault are printed (also under `make test`, bypassing output capture).
 """
@@ -152,6 +153,10 @@ def split_errors(result, kill_at, ready_at):
     return split
 
 
+def ok_text(result):
+    return f"{result['ok']}/{result['total']} ok" + (f" {result['errors']}" if result["errors"] else "")
+
+
 def phase_text(phase):
     errors = phase["errors"]
     return f"{sum(errors.values())}/{phase['requests']} failed" + (f" {errors}" if errors else "")
@@ -203,7 +208,7 @@ def test_kill_9_under_load_recovers_and_then_nothing_fails(host, unit, capsys):
         f"{ready['at'] - kill_at:.1f} s (probe failures {ready['probe_failures'] or 0}). Load: {result['total']} "
         f"requests in {result['elapsed']:.1f} s, {result['ok']} ok; before the kill {phase_text(split['before'])}; "
         f"during recovery {phase_text(split['during'])}; after ready {phase_text(split['after'])}. "
-        f"Next batch: {after['ok']}/{after['total']} ok{' ' + str(after['errors']) if after['errors'] else ''}. "
+        f"Next batch: {ok_text(after)}. "
         f"/readiness during the load (s from its start): {readiness}",
     )
     assert result["total"] == 300, f"the load stopped early: {result['total']} requests"
@@ -244,13 +249,12 @@ def test_a_decode_push_that_fails_rolls_back_and_keeps_serving(host, capsys):
             f"decode does not run with the previous configuration:\n{env}"
         )
         assert on_host(host, f"systemctl show -p NeedDaemonReload --value {unit}.service").stdout.strip() == "no"
-        ready = wait_ready(host)
-        batch = load(host, *AFTER_LOAD)
+        batch = load(host, *AFTER_LOAD)  # right away: the deployment must serve once the run has returned
         report(
             capsys,
             f"broken decode push: run failed after {push_s:.1f} s (rc {push.returncode}) with decode's journal; "
             f"unit file restored (sha256 {after_sha[:12]}), decode active ({state['NRestarts']} restarts); "
-            f"ready {ready['waited']:.1f} s after the run; batch {batch['ok']}/{batch['total']} ok {batch['errors']}",
+            f"batch right after the run: {ok_text(batch)}",
         )
         assert batch["total"] == 100 and batch["ok"] == 100, f"requests failed after the rollback: {batch['errors']}"
     finally:
