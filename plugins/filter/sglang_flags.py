@@ -31,6 +31,7 @@ class FilterModule:
             "router_unit": _wrap(units.router_unit),
             "pd_workers": _wrap(units.pd_workers),
             "kv_contract": units.kv_contract,
+            "instance_problems": units.instance_problems,
             "kv_mismatches": units.kv_mismatches,
             "systemd_line": systemd_line,
         }

@@ -6,6 +6,8 @@ A spec is a plain dict that ``roles/common/templates/sglang.service.j2`` renders
 no logic of its own beyond looping over the spec. Worker and router units use the same spec shape.
 """
 
+import re
+
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 
 
@@ -33,6 +35,60 @@ def _binding(numactl, slot):
     if slot.get("cpus"):
         return [numactl, f"--physcpubind={cpu_list(slot['cpus'])}"]
     return []
+
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+
+def _port_ok(value):
+    try:
+        return 1 <= int(value) <= 65535
+    except (TypeError, ValueError):
+        return False
+
+
+def instance_problems(instances, role):
+    """What is wrong with a role's instance list, one message per problem, each naming the entry and the fix."""
+    var = f"sglang_{role}_instances"
+    problems = []
+    if not isinstance(instances, list):
+        return [f"{var} must be a list of instances, got {type(instances).__name__}"]
+    names = []
+    for index, instance in enumerate(instances):
+        if not isinstance(instance, dict):
+            problems.append(f"{var}[{index}] must be a mapping (name, tp, port, ...), got {instance!r}")
+            continue
+        name = instance.get("name")
+        where = f"{var}[{index}] ({name})" if name else f"{var}[{index}]"
+        if not isinstance(name, str) or not _NAME.match(name):
+            problems.append(
+                f"{where}: name must be lowercase letters, digits, - or _ (it becomes sglang-<name>.service)"
+            )
+        names.append(name)
+        tp, gpus = instance.get("tp"), instance.get("gpus")
+        if tp is None and gpus is None:
+            problems.append(f"{where}: give tp (the topology role picks the GPUs) or gpus (explicit indices)")
+        if gpus is not None and (not isinstance(gpus, list) or len(set(map(str, gpus))) != len(gpus)):
+            problems.append(f"{where}: gpus must be a list of distinct GPU indices, got {gpus!r}")
+        elif tp is not None and gpus is not None and int(tp) != len(gpus):
+            problems.append(
+                f"{where}: tp {tp} but {len(gpus)} gpus listed {gpus}: make tp the number of gpus, "
+                "or give only one of them"
+            )
+        for key in ("port", "dist_init_port") + (("bootstrap_port",) if role == "prefill" else ()):
+            if key not in instance:
+                problems.append(f"{where}: {key} is missing (a port in 1-65535)")
+            elif not _port_ok(instance[key]):
+                problems.append(f"{where}: {key} {instance[key]!r} is not a port in 1-65535")
+        if "bootstrap_port" in instance and role != "prefill" and not _port_ok(instance["bootstrap_port"]):
+            problems.append(f"{where}: bootstrap_port {instance['bootstrap_port']!r} is not a port in 1-65535")
+    duplicates = sorted({n for n in names if isinstance(n, str) and names.count(n) > 1})
+    if duplicates:
+        problems.append(
+            f"{var} has duplicate names ({', '.join(duplicates)}): each instance becomes unit "
+            "sglang-<name>.service, so names must differ"
+        )
+    return problems
 
 
 def worker_units(instances, placement, profile, role, settings):

@@ -273,3 +273,52 @@ def test_router_extra_flags_cannot_rewire_the_workers(flag):
             [{"url": "http://h:2"}],
             {"venv": "/v", "flags": {flag: "http://x:1"}},
         )
+
+
+@pytest.mark.parametrize(
+    ("role", "instances", "expected"),
+    [
+        ("prefill", [PREFILL], []),
+        ("decode", [DECODE], []),
+        ("decode", [{k: v for k, v in DECODE.items() if k != "bootstrap_port"}], []),
+        (
+            "prefill",
+            [{k: v for k, v in PREFILL.items() if k != "bootstrap_port"}],
+            ["sglang_prefill_instances[0] (prefill0): bootstrap_port is missing (a port in 1-65535)"],
+        ),
+        (
+            "prefill",
+            [dict(PREFILL, gpus=[0, 1])],
+            [
+                "sglang_prefill_instances[0] (prefill0): tp 4 but 2 gpus listed [0, 1]: make tp the number of gpus, "
+                "or give only one of them"
+            ],
+        ),
+        (
+            "decode",
+            [dict(DECODE, port=70000)],
+            ["sglang_decode_instances[0] (decode0): port 70000 is not a port in 1-65535"],
+        ),
+        (
+            "decode",
+            [DECODE, DECODE],
+            [
+                "sglang_decode_instances has duplicate names (decode0): each instance becomes unit "
+                "sglang-<name>.service, so names must differ"
+            ],
+        ),
+        (
+            "decode",
+            [{"name": "Decode 0", "port": 1, "dist_init_port": 2}],
+            [
+                "sglang_decode_instances[0] (Decode 0): name must be lowercase letters, digits, - or _ "
+                "(it becomes sglang-<name>.service)",
+                "sglang_decode_instances[0] (Decode 0): give tp (the topology role picks the GPUs) "
+                "or gpus (explicit indices)",
+            ],
+        ),
+        ("decode", "decode0", ["sglang_decode_instances must be a list of instances, got str"]),
+    ],
+)
+def test_instance_problems_name_the_entry_and_the_fix(role, instances, expected):
+    assert units.instance_problems(instances, role) == expected
