@@ -251,7 +251,7 @@ CASES = [
     ),
     Case(
         "prefill-without-bootstrap-port",
-        ("The router found 1 prefill and 1 decode workers", "each prefill instance with its bootstrap_port"),
+        ("sglang_prefill_instances[0] (prefill0): bootstrap_port is missing (a port in 1-65535)",),
         extra={"sglang_prefill_instances": [{k: v for k, v in PREFILL0.items() if k != "bootstrap_port"}]},
     ),
     # --- the router (roles/sglang_router/tasks/preflight.yml, plan.yml)
