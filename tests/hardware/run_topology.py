@@ -192,6 +192,30 @@ def time_sources():
     return out
 
 
+_pspec = importlib.util.spec_from_file_location("pd_placement", REPO / "plugins/module_utils/pd_placement.py")
+pp = importlib.util.module_from_spec(_pspec)
+_pspec.loader.exec_module(pp)
+
+# The layouts of the deployment notes, by GPU count: issue 7 asks for 1P1D TP4+TP4 and 2P2D TP2 x 4 on 8 GPUs.
+LAYOUTS = {
+    "1P1D TP4+TP4": [{"name": "prefill0", "tp": 4}, {"name": "decode0", "tp": 4}],
+    "2P2D TP2x4": [{"name": "prefill0", "tp": 2}, {"name": "prefill1", "tp": 2},
+                   {"name": "decode0", "tp": 2}, {"name": "decode1", "tp": 2}],
+    "1P1D TP1+TP1": [{"name": "prefill0", "tp": 1}, {"name": "decode0", "tp": 1}],
+}
+
+
+def placements(facts):
+    """pd_placement of each layout that fits the host's GPUs (the error text for those that don't)."""
+    out = {}
+    for layout, instances in LAYOUTS.items():
+        try:
+            out[layout] = pp.place(facts, instances)
+        except pp.PlacementError as exc:
+            out[layout] = {"error": str(exc)}
+    return out
+
+
 def checks(timed):
     a, b = timed["nvml"]["facts"], timed["nvidia-smi"]["facts"]
     res = {}
@@ -266,11 +290,13 @@ def main(argv):
     capture_sysfs(outdir, bus_ids)
     nvml = record_nvml(outdir)
     env["driver_version"] = nvml.get("driver_version")
-    result = {"environment": env, "nvidia_smi_runs": raw, "timings": timed, "checks": checks(timed)}
+    result = {"environment": env, "nvidia_smi_runs": raw, "timings": timed, "checks": checks(timed),
+              "placements": {source: placements(timed[source]["facts"]) for source in SOURCES}}
     Path(outdir, "results.json").write_text(json.dumps(result, indent=1) + "\n")
     log("checks:", json.dumps(result["checks"], indent=1))
     for source in SOURCES:
         log(f"facts via {source}:", json.dumps(timed[source]["facts"], indent=1))
+        log(f"placements via {source}:", json.dumps(result["placements"][source], indent=1))
     module = run_module()
     Path(outdir, "module.json").write_text(json.dumps(module, indent=1) + "\n")
     shutil.rmtree("/tmp/.ansible-local", ignore_errors=True)
