@@ -1,0 +1,309 @@
+"""Hardened units on a sandbox host: exposure, the service user, secrets, restart policy.
+
+One sandbox host is converged with site.yml and secrets from an ansible-vault file (values with every
+character an environment file must escape). The tests then ask systemd and the guest's process table:
+`systemd-analyze security` exposure of every sglang-* unit at most 5.0, every process of those units runs
+as the unprivileged service user, the router answers only with its API key, neither secret shows on a
+command line, in a unit, in the run's output or in a --check --diff, the environment files are 0600 root,
+a killed service comes back, and a crash loop is stopped by the start limit.
+"""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = REPO / ".venv" / "bin"
+SANDBOX = "pytest-hardening"
+HOST = f"{SANDBOX}-1"
+UNITS = ["sglang-prefill0", "sglang-decode0", "sglang-router"]
+MAX_EXPOSURE = 5.0
+# Secrets with what an environment file must escape (" \ ` $), a quote, a space and a systemd specifier.
+API_KEY = "rk-$HOME \"q'uo\\te `x` %n-7f3a"
+HF_TOKEN = "hf_s3cr$t-Tok`en"
+SECRETS = (API_KEY, HF_TOKEN)
+RESTART_SEC = 2  # short, so the crash tests take seconds
+ROUTER = "http://127.0.0.1:8000"
+
+
+def run(cmd, *, check=True, timeout=900, stdin=None):
+    started = time.monotonic()
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
+    )
+    print(f"$ {shlex.join(cmd)}  ({time.monotonic() - started:.1f} s, rc {proc.returncode})")
+    if check and proc.returncode != 0:
+        pytest.fail(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory):
+    """A sandbox host converged with vaulted secrets; yields paths and the first run's output."""
+    run([str(VENV_BIN / "python"), "-m", "tests.sandbox", "up", "--name", SANDBOX, "--hosts", "1"])
+    tmp = tmp_path_factory.mktemp("hardening")
+    ssh_config = REPO / ".cache" / "sandbox" / SANDBOX / "ssh_config"
+    inv = tmp / "inventory"
+    inv.mkdir()
+    (inv / "hosts.yml").write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "vars": {
+                        "ansible_connection": "ssh",
+                        "ansible_user": "root",
+                        "ansible_ssh_common_args": f"-F {ssh_config}",
+                    },
+                    "children": {group: {"hosts": {HOST: None}} for group in ("prefill", "decode", "router")},
+                }
+            }
+        )
+    )
+    (inv / "group_vars").symlink_to(REPO / "inventories" / "sandbox" / "group_vars")
+    # The secrets as a user keeps them: `ansible-vault encrypt_string` values (the value on stdin).
+    password = tmp / "vault-password"
+    password.write_text("hardening-test-vault-password\n")
+    vault = tmp / "secrets.yml"
+    vault.write_text(
+        "".join(
+            run(
+                [
+                    str(VENV_BIN / "ansible-vault"),
+                    "encrypt_string",
+                    "--vault-password-file",
+                    str(password),
+                    "--stdin-name",
+                    name,
+                ],
+                stdin=value,
+            ).stdout
+            for name, value in (("sglang_router_api_key", API_KEY), ("sglang_hf_token", HF_TOKEN))
+        )
+    )
+    assert vault.read_text().count("!vault |") == 2 and not any(s in vault.read_text() for s in SECRETS)
+    extra = tmp / "extra.json"
+    extra.write_text(json.dumps({"sglang_restart_sec": RESTART_SEC}))
+    args = ["-e", f"@{vault}", "--vault-password-file", str(password), "-e", f"@{extra}"]
+    env = {"inventory": str(inv), "ssh_config": str(ssh_config), "args": args}
+    env["converge"] = playbook(env).stdout
+    on_host(env, "cat > /root/http_probe.py", stdin=HTTP_PROBE)
+    yield env
+    run([str(VENV_BIN / "python"), "-m", "tests.sandbox", "down", "--name", SANDBOX], check=False)
+
+
+def playbook(sandbox, *args, **kwargs):
+    cmd = [str(VENV_BIN / "ansible-playbook"), "-i", sandbox["inventory"], "site.yml", *sandbox["args"], *args]
+    return run(cmd, **kwargs)
+
+
+def on_host(sandbox, command, stdin=None, check=True):
+    return run(["ssh", "-F", sandbox["ssh_config"], HOST, command], stdin=stdin, check=check).stdout
+
+
+# Sends one request to the router from inside the guest. The key and the body come on stdin, never argv.
+HTTP_PROBE = f"""
+import sys, urllib.error, urllib.request
+key, body = sys.stdin.readline().rstrip("\\n"), sys.stdin.readline().rstrip("\\n")
+request = urllib.request.Request("{ROUTER}" + sys.argv[1], data=body.encode() or None,
+                                 headers={{"Content-Type": "application/json"}})
+if key:
+    request.add_header("Authorization", "Bearer " + key)
+try:
+    with urllib.request.urlopen(request, timeout=60) as response:
+        print(response.status, response.read().decode())
+except urllib.error.HTTPError as exc:
+    print(exc.code, exc.read().decode())
+except OSError as exc:  # not listening (yet)
+    print(0, exc)
+"""
+
+
+def http(sandbox, path, body=None, key=None):
+    """(status, text) of a request to the router, sent from the guest."""
+    stdin = f"{key or ''}\n{json.dumps(body) if body else ''}\n"
+    status, _, text = on_host(sandbox, f"python3 /root/http_probe.py {path}", stdin=stdin).strip().partition(" ")
+    return int(status), text
+
+
+def show(sandbox, unit, *props):
+    out = on_host(sandbox, f"systemctl show {unit}.service " + " ".join(f"-p {p}" for p in props))
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def wait_ready(sandbox, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, text = http(sandbox, "/readiness")
+        if status == 200:
+            return
+        time.sleep(1)
+    pytest.fail(f"the router did not become ready again within {timeout} s: {status} {text[:500]}")
+
+
+def generate(sandbox, key):
+    body = {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 4}}
+    return http(sandbox, "/generate", body, key)
+
+
+def test_every_unit_exposure_is_at_most_5(sandbox):
+    exposures = {}
+    for unit in UNITS:
+        out = on_host(sandbox, f"systemd-analyze security --no-pager {unit}.service")
+        match = re.search(rf"Overall exposure level for {re.escape(unit)}\.service: (\d+\.\d+)", out)
+        assert match, out[-2000:]
+        exposures[unit] = float(match.group(1))
+    print("systemd-analyze security exposure:", ", ".join(f"{u} {e}" for u, e in exposures.items()))
+    assert all(e <= MAX_EXPOSURE for e in exposures.values()), exposures
+
+
+def test_every_process_of_the_units_runs_as_the_service_user(sandbox):
+    uid = int(on_host(sandbox, "id -u sglang"))
+    assert uid != 0
+    rows = [line.split(None, 2) for line in on_host(sandbox, "ps -eo uid=,unit=,args=").splitlines()]
+    procs = [(int(row[0]), row[1].removesuffix(".service"), row[2]) for row in rows if len(row) == 3]
+    for unit in UNITS:
+        mine = [p for p in procs if p[1] == unit]
+        assert mine, f"no process of {unit} is running"
+        assert all(p[0] == uid for p in mine), f"{unit} runs processes as another user: {mine}"
+        assert show(sandbox, unit, "User")["User"] == "sglang"
+    # The venv stays root's and read-only to the service user.
+    assert on_host(sandbox, "stat -c %U /opt/sglang/venv /opt/sglang/venv/bin/python").split() == ["root", "root"]
+    assert (
+        on_host(
+            sandbox,
+            "setpriv --reuid sglang --regid sglang --clear-groups test -w /opt/sglang/venv/bin "
+            "&& echo writable || echo read-only",
+        ).strip()
+        == "read-only"
+    )
+
+
+def test_the_router_serves_a_request_with_its_api_key_only(sandbox):
+    assert re.search(r"The capital of France is -> +\S", sandbox["converge"]), "no answer through the router"
+    status, text = generate(sandbox, API_KEY)
+    assert status == 200 and json.loads(text)["text"], text[:500]
+    assert generate(sandbox, None)[0] == 401
+    assert generate(sandbox, "wrong-key")[0] == 401
+
+
+def test_secrets_stay_off_command_lines_units_and_logs(sandbox):
+    args = on_host(sandbox, "ps -eo args")
+    units = on_host(sandbox, "cat /etc/systemd/system/sglang-*.service")
+    props = "".join(on_host(sandbox, f"systemctl show {u}.service -p Environment -p ExecStart") for u in UNITS)
+    for secret in SECRETS:
+        assert secret not in args, "a secret is on a command line"
+        assert secret not in units, "a secret is in a unit file"
+        assert secret not in props, "a secret is in a unit's properties"
+        assert secret not in sandbox["converge"], "a secret is in the run's output"
+    assert on_host(sandbox, "stat -c '%a %U %G' /etc/sglang").strip() == "700 root root"
+    for unit in UNITS:
+        assert on_host(sandbox, f"stat -c '%a %U %G' /etc/sglang/{unit}.env").strip() == "600 root root"
+        assert (
+            on_host(
+                sandbox, f"setpriv --reuid sglang --regid sglang --clear-groups cat /etc/sglang/{unit}.env", check=False
+            )
+            == ""
+        ), "the service user can read an environment file"
+
+    # systemd hands each process the exact value (every escaped character survived).
+    def environ(unit):
+        pid = show(sandbox, unit, "MainPID")["MainPID"]
+        return on_host(sandbox, f"tr '\\0' '\\n' < /proc/{pid}/environ").splitlines()
+
+    assert f"SGLANG_ROUTER_API_KEY={API_KEY}" in environ("sglang-router")
+    assert f"HF_TOKEN={HF_TOKEN}" in environ("sglang-decode0")
+    assert not [line for line in environ("sglang-decode0") if line.startswith("SGLANG_ROUTER_API_KEY=")]
+
+
+def test_check_diff_of_a_rotated_key_shows_no_secret(sandbox, tmp_path):
+    rotated = "rk-rotated-Zq81$"
+    extra = tmp_path / "rotated.json"
+    extra.write_text(json.dumps({"sglang_router_api_key": rotated}))
+    out = playbook(sandbox, "--check", "--diff", "-e", f"@{extra}").stdout
+    # One environment file would change (the router's), shown censored; no unit file and not the user.
+    blocks = re.findall(r"^TASK \[disagg\.sglang\.sglang : ([^\]]+)\] \**\n(.*?)(?=^TASK |^PLAY )", out, re.M | re.S)
+    env_files = "".join(body for name, body in blocks if name.startswith("Write the units' environment files"))
+    assert env_files.count("changed: [") == 1 and "(item=(censored due to no_log))" in env_files, env_files
+    assert not [
+        n for n, body in blocks if "changed: [" in body and n.startswith(("Render the systemd units", "Create"))
+    ]
+    for secret in (*SECRETS, rotated):
+        assert secret not in out, "a secret is in the --check --diff output"
+
+
+def test_restart_policy(sandbox):
+    for unit in UNITS:
+        props = show(
+            sandbox,
+            unit,
+            "Restart",
+            "RestartUSec",
+            "StartLimitBurst",
+            "StartLimitIntervalUSec",
+            "TimeoutStartUSec",
+            "KillMode",
+            "TimeoutStopUSec",
+        )
+        assert props == {
+            "Restart": "on-failure",
+            "RestartUSec": f"{RESTART_SEC}s",
+            "StartLimitBurst": "5",
+            "StartLimitIntervalUSec": "10min",
+            "TimeoutStartUSec": "5min",  # sglang_health_timeout of the sandbox inventory: 300
+            "KillMode": "mixed",
+            "TimeoutStopUSec": "1min",
+        }, unit
+
+
+def kill_and_wait(sandbox, unit):
+    """kill -9 the unit's main process; returns the unit's state once systemd has acted on it."""
+    before = show(sandbox, unit, "MainPID")["MainPID"]
+    on_host(sandbox, f"kill -9 {before}")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        state = show(sandbox, unit, "ActiveState", "SubState", "MainPID", "NRestarts", "Result")
+        if state["ActiveState"] == "failed":
+            return state
+        if state["ActiveState"] == "active" and state["MainPID"] not in ("0", before):
+            return state
+        time.sleep(0.5)
+    pytest.fail(f"{unit} neither came back nor failed after kill -9: {state}")
+
+
+def test_a_crash_comes_back_and_a_crash_loop_stops(sandbox):
+    unit = "sglang-router"
+    on_host(sandbox, f"systemctl reset-failed {unit}.service")  # the start-rate counter from zero
+    state = kill_and_wait(sandbox, unit)
+    assert state["ActiveState"] == "active" and state["NRestarts"] == "1", state
+    wait_ready(sandbox)
+    assert generate(sandbox, API_KEY)[0] == 200
+    # Keep crashing it: restarts 1 to 5 come back within the window; the 6th start is refused.
+    kills = 1
+    while state["ActiveState"] != "failed":
+        assert kills < 10, f"{unit} kept being restarted: {state}"
+        state = kill_and_wait(sandbox, unit)
+        kills += 1
+    journal = on_host(sandbox, f"journalctl -u {unit}.service -n 10 -o cat --no-pager")
+    print(f"{unit}: failed after {kills} kills ({state}); journal:\n{journal}")
+    assert kills == 6, state
+    assert "Start request repeated too quickly" in journal, journal
+    time.sleep(RESTART_SEC + 1)
+    assert show(sandbox, unit, "ActiveState")["ActiveState"] == "failed", "the crash loop was restarted"
+    # An operator (or the next run) clears the limit and it serves again.
+    on_host(sandbox, f"systemctl reset-failed {unit}.service && systemctl start {unit}.service")
+    wait_ready(sandbox)
+    assert generate(sandbox, API_KEY)[0] == 200
