@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -35,13 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import yaml
+from sandbox_hosts import GROUPS, VENV_BIN, down, run, ssh_config, up, write_inventory
 
-REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = REPO / ".venv" / "bin"
 SANDBOX = "pytest-badinv"
 HOST = f"{SANDBOX}-1"
-GROUPS = ("prefill", "decode", "router")
 PREFLIGHT_PLAY = "PLAY [Preflight, before anything on the hosts changes]"
 CONCURRENCY = 2
 SERVE_REQUESTS = 48
@@ -296,44 +292,6 @@ CASES = [
 # --------------------------------------------------------------------------------------------------
 
 
-def run(cmd, *, check=True, timeout=900):
-    started = time.monotonic()
-    proc = subprocess.run(
-        cmd,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env={**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
-    )
-    proc.seconds = time.monotonic() - started
-    if check and proc.returncode != 0:
-        pytest.fail(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
-    return proc
-
-
-def write_inventory(directory: Path, ssh_config: Path, groups=GROUPS, host_vars=None) -> Path:
-    """An inventory of the one sandbox host in `groups`, with the sandbox inventory's group_vars linked in."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "hosts.yml").write_text(
-        yaml.safe_dump(
-            {
-                "all": {
-                    "vars": {
-                        "ansible_connection": "ssh",
-                        "ansible_user": "root",
-                        "ansible_ssh_common_args": f"-F {ssh_config}",
-                    },
-                    "children": {group: {"hosts": {HOST: dict(host_vars) if host_vars else None}} for group in groups},
-                }
-            }
-        )
-    )
-    (directory / "group_vars").symlink_to(REPO / "inventories" / "sandbox" / "group_vars")
-    return directory
-
-
 def collapse(text: str) -> str:
     return " ".join(text.split())
 
@@ -407,7 +365,7 @@ class Table:
         if case.groups != GROUPS or case.host_vars:
             inventory = self.workdir / f"inventory-{case.id}"
             if not inventory.exists():
-                write_inventory(inventory, self.host.ssh_config, case.groups, case.host_vars)
+                write_inventory(inventory, SANDBOX, HOST, case.groups, case.host_vars)
         cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), "site.yml"]
         if case.extra is not None:
             cmd += ["-e", json.dumps(case.extra)]
@@ -480,17 +438,16 @@ def serve_batch(host: Host) -> dict:
 def deployment(tmp_path_factory):
     """The sandbox host, converged once with the good inventory, and its fingerprint after that converge."""
     started = time.monotonic()
-    run([str(VENV_BIN / "python"), "-m", "tests.sandbox", "up", "--name", SANDBOX, "--hosts", "1"])
-    ssh_config = REPO / ".cache" / "sandbox" / SANDBOX / "ssh_config"
+    up(SANDBOX)
     workdir = tmp_path_factory.mktemp("badinv")
-    host = Host(ssh_config)
-    table = Table(host, write_inventory(workdir / "inventory", ssh_config), workdir)
+    host = Host(ssh_config(SANDBOX))
+    table = Table(host, write_inventory(workdir / "inventory", SANDBOX, HOST), workdir)
     first = table.converge()
     print(f"first converge: {first.seconds:.1f} s")
     baseline = host.fingerprint()
     assert_serving_units(baseline)
     yield {"host": host, "table": table, "baseline": baseline, "started": started}
-    run([str(VENV_BIN / "python"), "-m", "tests.sandbox", "down", "--name", SANDBOX], check=False)
+    down(SANDBOX)
 
 
 @pytest.fixture(scope="module")

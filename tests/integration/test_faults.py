@@ -25,13 +25,10 @@ import os
 import shlex
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
-import yaml
+from sandbox_hosts import REPO, VENV_BIN, down, run, ssh_config, up, write_inventory
 
-REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = REPO / ".venv" / "bin"
 SANDBOX = "pytest-faults"
 HOST = f"{SANDBOX}-1"
 LOAD = REPO / "tests" / "sandbox" / "load.py"
@@ -52,24 +49,6 @@ READY_TIMEOUT = 120  # the router's circuit breaker alone holds requests off for
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandbox hosts need root")
 
 
-def run(cmd, *, check=True, timeout=600, quiet=False):
-    started = time.monotonic()
-    proc = subprocess.run(
-        cmd,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env={**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
-    )
-    if not quiet:
-        print(f"$ {shlex.join(cmd)}  ({time.monotonic() - started:.1f} s, rc {proc.returncode})")
-    if check and proc.returncode != 0:
-        pytest.fail(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
-    return proc
-
-
 def report(capsys, line):
     """A result line that shows in pytest's output even when it captures (make test)."""
     with capsys.disabled():
@@ -79,36 +58,21 @@ def report(capsys, line):
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
     """The converged sandbox host: ssh command prefix, inventory and the extra-vars file of the converge."""
-    run([str(VENV_BIN / "python"), "-m", "tests.sandbox", "up", "--name", SANDBOX, "--hosts", "1"])
+    up(SANDBOX)
     try:
-        inv = tmp_path_factory.mktemp("faults-inventory")
-        ssh_config = REPO / ".cache" / "sandbox" / SANDBOX / "ssh_config"
-        (inv / "hosts.yml").write_text(
-            yaml.safe_dump(
-                {
-                    "all": {
-                        "vars": {
-                            "ansible_connection": "ssh",
-                            "ansible_user": "root",
-                            "ansible_ssh_common_args": f"-F {ssh_config}",
-                        },
-                        "children": {group: {"hosts": {HOST: None}} for group in ("prefill", "decode", "router")},
-                    }
-                }
-            )
-        )
-        (inv / "group_vars").symlink_to(REPO / "inventories" / "sandbox" / "group_vars")
+        inv = write_inventory(tmp_path_factory.mktemp("faults-inventory"), SANDBOX, HOST)
+        config = ssh_config(SANDBOX)
         quick = tmp_path_factory.mktemp("faults-vars") / "quick.json"  # not in the inventory dir: it would be read
         quick.write_text(json.dumps(QUICK))
-        h = {"ssh": ["ssh", "-F", str(ssh_config), "-o", "BatchMode=yes", HOST], "inventory": str(inv),
-             "quick": str(quick), "ssh_config": str(ssh_config)}  # fmt: skip
+        h = {"ssh": ["ssh", "-F", str(config), "-o", "BatchMode=yes", HOST], "inventory": str(inv),
+             "quick": str(quick), "ssh_config": str(config)}  # fmt: skip
         started = time.monotonic()
         run([str(VENV_BIN / "ansible-playbook"), "-i", str(inv), "site.yml", "-e", f"@{quick}"])
         print(f"converged in {time.monotonic() - started:.1f} s")
-        run(["scp", "-q", "-F", str(ssh_config), str(LOAD), f"{HOST}:{GUEST_LOAD}"])
+        run(["scp", "-q", "-F", str(config), str(LOAD), f"{HOST}:{GUEST_LOAD}"])
         yield h
     finally:
-        run([str(VENV_BIN / "python"), "-m", "tests.sandbox", "down", "--name", SANDBOX], check=False)
+        down(SANDBOX)
 
 
 def on_host(host, command, *, check=True, timeout=120):

@@ -9,18 +9,12 @@ a killed service comes back, and a crash loop is stopped by the start limit.
 """
 
 import json
-import os
 import re
-import shlex
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
-import yaml
+from sandbox_hosts import VENV_BIN, down, run, ssh_config, up, write_inventory
 
-REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = REPO / ".venv" / "bin"
 SANDBOX = "pytest-hardening"
 HOST = f"{SANDBOX}-1"
 UNITS = ["sglang-prefill0", "sglang-decode0", "sglang-router"]
@@ -33,47 +27,12 @@ RESTART_SEC = 2  # short, so the crash tests take seconds
 ROUTER = "http://127.0.0.1:8000"
 
 
-def run(cmd, *, check=True, timeout=900, stdin=None):
-    started = time.monotonic()
-    proc = subprocess.run(
-        cmd,
-        cwd=REPO,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env={**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
-    )
-    print(f"$ {shlex.join(cmd)}  ({time.monotonic() - started:.1f} s, rc {proc.returncode})")
-    if check and proc.returncode != 0:
-        pytest.fail(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
-    return proc
-
-
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory):
     """A sandbox host converged with vaulted secrets; yields paths and the first run's output."""
-    run([str(VENV_BIN / "python"), "-m", "tests.sandbox", "up", "--name", SANDBOX, "--hosts", "1"])
+    up(SANDBOX)
     tmp = tmp_path_factory.mktemp("hardening")
-    ssh_config = REPO / ".cache" / "sandbox" / SANDBOX / "ssh_config"
-    inv = tmp / "inventory"
-    inv.mkdir()
-    (inv / "hosts.yml").write_text(
-        yaml.safe_dump(
-            {
-                "all": {
-                    "vars": {
-                        "ansible_connection": "ssh",
-                        "ansible_user": "root",
-                        "ansible_ssh_common_args": f"-F {ssh_config}",
-                    },
-                    "children": {group: {"hosts": {HOST: None}} for group in ("prefill", "decode", "router")},
-                }
-            }
-        )
-    )
-    (inv / "group_vars").symlink_to(REPO / "inventories" / "sandbox" / "group_vars")
+    inv = write_inventory(tmp / "inventory", SANDBOX, HOST)
     # The secrets as a user keeps them: `ansible-vault encrypt_string` values (the value on stdin).
     password = tmp / "vault-password"
     password.write_text("hardening-test-vault-password\n")
@@ -98,11 +57,11 @@ def sandbox(tmp_path_factory):
     extra = tmp / "extra.json"
     extra.write_text(json.dumps({"sglang_restart_sec": RESTART_SEC}))
     args = ["-e", f"@{vault}", "--vault-password-file", str(password), "-e", f"@{extra}"]
-    env = {"inventory": str(inv), "ssh_config": str(ssh_config), "args": args}
+    env = {"inventory": str(inv), "ssh_config": str(ssh_config(SANDBOX)), "args": args}
     env["converge"] = playbook(env).stdout
     on_host(env, "cat > /root/http_probe.py", stdin=HTTP_PROBE)
     yield env
-    run([str(VENV_BIN / "python"), "-m", "tests.sandbox", "down", "--name", SANDBOX], check=False)
+    down(SANDBOX)
 
 
 def playbook(sandbox, *args, **kwargs):

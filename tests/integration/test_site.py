@@ -6,45 +6,18 @@ stays bare, for rendering inventories/rtxpro6000-8x in check mode onto a host th
 """
 
 import json
-import os
 import re
 import shlex
-import subprocess
-import time
-from pathlib import Path
 
 import pytest
 import yaml
+from sandbox_hosts import REPO, VENV_BIN, down, run, ssh_config, up, write_inventory
 
-REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = REPO / ".venv" / "bin"
 SANDBOX = "pytest-site"
 HOST = f"{SANDBOX}-1"
 BARE = f"{SANDBOX}-2"
 UNITS = ["sglang-prefill0", "sglang-decode0", "sglang-router"]
 EXPECTED = yaml.safe_load((REPO / "tests/integration/expected/rtxpro6000-8x.yml").read_text())
-
-
-def run(cmd, *, check=True, env=None, timeout=900):
-    started = time.monotonic()
-    proc = subprocess.run(
-        cmd,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env={
-            **os.environ,
-            "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
-            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-            **(env or {}),
-        },
-    )
-    print(f"$ {shlex.join(cmd)}  ({time.monotonic() - started:.1f} s, rc {proc.returncode})")
-    if check and proc.returncode != 0:
-        pytest.fail(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
-    return proc
 
 
 def recap(output):
@@ -57,28 +30,12 @@ def recap(output):
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory):
     """A converged sandbox host and an inventory for it (the sandbox inventory's group_vars)."""
-    run([str(VENV_BIN / "python"), "-m", "tests.sandbox", "up", "--name", SANDBOX, "--hosts", "2"])
-    inv = tmp_path_factory.mktemp("inventory")
-    ssh_config = REPO / ".cache" / "sandbox" / SANDBOX / "ssh_config"
-    (inv / "hosts.yml").write_text(
-        yaml.safe_dump(
-            {
-                "all": {
-                    "vars": {
-                        "ansible_connection": "ssh",
-                        "ansible_user": "root",
-                        "ansible_ssh_common_args": f"-F {ssh_config}",
-                    },
-                    "children": {group: {"hosts": {HOST: None}} for group in ("prefill", "decode", "router")},
-                }
-            }
-        )
-    )
-    (inv / "group_vars").symlink_to(REPO / "inventories" / "sandbox" / "group_vars")
+    up(SANDBOX, hosts=2)
+    inv = write_inventory(tmp_path_factory.mktemp("inventory"), SANDBOX, HOST)
     first = run([str(VENV_BIN / "ansible-playbook"), "-i", str(inv), "site.yml"])
     print(f"first converge recap: {recap(first.stdout)}")
-    yield {"inventory": str(inv), "ssh_config": str(ssh_config)}
-    run([str(VENV_BIN / "python"), "-m", "tests.sandbox", "down", "--name", SANDBOX], check=False)
+    yield {"inventory": str(inv), "ssh_config": str(ssh_config(SANDBOX))}
+    down(SANDBOX)
 
 
 def playbook(sandbox, *args, **kwargs):

@@ -34,16 +34,8 @@ CASES = yaml.safe_load((Path(__file__).parent / "cli_check_cases.yml").read_text
 HELP = {key: (FIXTURES / name).read_text() for key, name in CASES["help_fixtures"].items()}
 PROFILES = REPO / "profiles"
 
-INSTANCES = {
-    "prefill": {"name": "prefill0", "tp": 4, "port": 30000, "bootstrap_port": 8998, "dist_init_port": 30335},
-    "decode": {"name": "decode0", "tp": 4, "port": 30001, "bootstrap_port": 8999, "dist_init_port": 30435},
-}
-SETTINGS = {
-    "model_path": "/models/DeepSeek-V4-Flash",
-    "served_model_name": "deepseek-v4-flash",
-    "host": "127.0.0.1",
-    "dist_init_host": "127.0.0.1",
-}
+from samples import INSTANCES, SETTINGS  # noqa: E402
+
 HELP_COMMAND = ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--help"]
 VERSION_COMMAND = ["/opt/sglang/venv/bin/python", "-c", "import importlib.metadata as m; print(m.version('sglang'))"]
 

@@ -23,16 +23,8 @@ FIXTURES = REPO / "tests" / "fixtures" / "cli_help"
 SGLANG_VERSION = "0.5.23"
 
 # A sample placement: the instance flags the worker role derives from the inventory.
-INSTANCES = {
-    "prefill": {"name": "prefill0", "tp": 4, "port": 30000, "bootstrap_port": 8998, "dist_init_port": 30335},
-    "decode": {"name": "decode0", "tp": 4, "port": 30001, "bootstrap_port": 8999, "dist_init_port": 30435},
-}
-SETTINGS = {
-    "model_path": "/models/DeepSeek-V4-Flash",
-    "served_model_name": "deepseek-v4-flash",
-    "host": "127.0.0.1",
-    "dist_init_host": "127.0.0.1",
-}
+from samples import INSTANCES, SETTINGS  # noqa: E402
+
 AMBIGUITY = "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"
 
 

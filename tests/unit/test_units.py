@@ -6,21 +6,20 @@ import pytest
 import yaml
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.module_utils import units
+from samples import INSTANCES
+from samples import SETTINGS as SAMPLE_SETTINGS
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = yaml.safe_load((REPO / "profiles" / "deepseek_v4_flash_sm120.yml").read_text())
 SETTINGS = {
-    "model_path": "/models/DeepSeek-V4-Flash",
-    "served_model_name": "deepseek-v4-flash",
-    "host": "127.0.0.1",
-    "dist_init_host": "127.0.0.1",
+    **SAMPLE_SETTINGS,
     "venv": "/opt/sglang/venv",
     "server_module": "sglang.launch_server",
     "numactl_path": "/usr/bin/numactl",
     "unit_prefix": "sglang-",
 }
-PREFILL = {"name": "prefill0", "tp": 4, "port": 30000, "bootstrap_port": 8998, "dist_init_port": 30335}
-DECODE = {"name": "decode0", "tp": 4, "port": 30001, "bootstrap_port": 8999, "dist_init_port": 30435}
+PREFILL = INSTANCES["prefill"]
+DECODE = INSTANCES["decode"]
 PLACEMENT = [
     {"name": "prefill0", "gpus": [0, 1, 2, 3], "numa_node": 0, "cpus": list(range(32)), "warnings": []},
     {"name": "decode0", "gpus": [4, 5, 6, 7], "numa_node": 1, "cpus": list(range(32, 64)), "warnings": []},

@@ -1,0 +1,80 @@
+"""What the sandbox integration tests share: commands run from the repository root with the project venv,
+sandbox hosts up and down, and an inventory of them that reuses inventories/sandbox/group_vars.
+
+Each test module uses its own sandbox name, so modules never share hosts.
+"""
+
+import os
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = REPO / ".venv" / "bin"
+GROUPS = ("prefill", "decode", "router")
+
+
+def run(cmd, *, check=True, timeout=900, env=None, stdin=None, quiet=False):
+    """Run a command from the repository root with the venv on PATH; fail the test with its output on error.
+
+    The result carries `seconds`, the wall time of the command.
+    """
+    started = time.monotonic()
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={
+            **os.environ,
+            "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
+            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+            **(env or {}),
+        },
+    )
+    proc.seconds = time.monotonic() - started
+    if not quiet:
+        print(f"$ {shlex.join(cmd)}  ({proc.seconds:.1f} s, rc {proc.returncode})")
+    if check and proc.returncode != 0:
+        pytest.fail(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def ssh_config(name):
+    """The ssh config `python -m tests.sandbox up --name NAME` writes."""
+    return REPO / ".cache" / "sandbox" / name / "ssh_config"
+
+
+def up(name, hosts=1):
+    run([str(VENV_BIN / "python"), "-m", "tests.sandbox", "up", "--name", name, "--hosts", str(hosts)])
+
+
+def down(name):
+    run([str(VENV_BIN / "python"), "-m", "tests.sandbox", "down", "--name", name], check=False)
+
+
+def write_inventory(directory, name, host, groups=GROUPS, host_vars=None):
+    """An inventory of one sandbox host in `groups`, with the sandbox inventory's group_vars linked in."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    host_entry = dict(host_vars) if host_vars else None
+    inventory = {
+        "all": {
+            "vars": {
+                "ansible_connection": "ssh",
+                "ansible_user": "root",
+                "ansible_ssh_common_args": f"-F {ssh_config(name)}",
+            },
+            "children": {group: {"hosts": {host: host_entry}} for group in groups},
+        }
+    }
+    (directory / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    (directory / "group_vars").symlink_to(REPO / "inventories" / "sandbox" / "group_vars")
+    return directory

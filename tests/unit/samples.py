@@ -1,0 +1,13 @@
+"""The sample PD pair the unit tests render: the 1P1D TP4+TP4 instances of the deployment notes."""
+
+INSTANCES = {
+    "prefill": {"name": "prefill0", "tp": 4, "port": 30000, "bootstrap_port": 8998, "dist_init_port": 30335},
+    "decode": {"name": "decode0", "tp": 4, "port": 30001, "bootstrap_port": 8999, "dist_init_port": 30435},
+}
+# What the worker role passes besides the profile (identity of the model, where workers bind).
+SETTINGS = {
+    "model_path": "/models/DeepSeek-V4-Flash",
+    "served_model_name": "deepseek-v4-flash",
+    "host": "127.0.0.1",
+    "dist_init_host": "127.0.0.1",
+}
