@@ -10,17 +10,12 @@ the kind of unit (a GPU worker or a plain service). Worker and router units use 
 import re
 
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
+from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology import format_cpulist
 
 
 def cpu_list(cpus):
     """[0, 1, 2, 5, 6] -> "0-2,5-6" (the kernel's cpulist format)."""
-    ranges = []
-    for cpu in sorted(set(int(c) for c in cpus)):
-        if ranges and cpu == ranges[-1][1] + 1:
-            ranges[-1][1] = cpu
-        else:
-            ranges.append([cpu, cpu])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+    return format_cpulist(int(c) for c in cpus)
 
 
 def _local(host):
