@@ -45,6 +45,8 @@ def link_rank(code):
 
 
 def _fmt(nums):
+    # gpu_topology.format_cpulist's twin, kept here so this file imports nothing of the collection:
+    # tests/hardware/run_topology.py loads it by path on the device machine, where no collection is installed.
     nums = sorted(set(nums))
     if not nums:
         return "none"

@@ -13,6 +13,22 @@ _link = COLLECTIONS / "ansible_collections" / "disagg" / "sglang"
 if not _link.exists():
     _link.parent.mkdir(parents=True, exist_ok=True)
     _link.symlink_to(REPO)
-for _path in (COLLECTIONS, Path(__file__).resolve().parent):  # the collection; topology_fakes
+# The collection; this folder (topology_fakes, samples); the real sglang parser's client.
+for _path in (COLLECTIONS, Path(__file__).resolve().parent, REPO / "tests" / "sglang_parser"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
+
+import pytest  # noqa: E402
+import real_parser_client as rpc  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def real_python():
+    """Python of the venv holding sglang 0.5.23's real parser (built once, tests/sglang_parser). Never skipped:
+    when it cannot be built, the test fails and says why."""
+    try:
+        python, seconds = rpc.ensure_venv()
+    except rpc.ParserUnavailable as exc:
+        pytest.fail(f"the real sglang parser could not be built: {exc}", pytrace=False)
+    print(f"parser venv ready in {seconds:.1f}s: {python}")
+    return python

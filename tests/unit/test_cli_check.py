@@ -26,7 +26,6 @@ from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags 
 from ansible_collections.disagg.sglang.plugins.modules import cli_check as cli_check_module
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "sglang_parser"))
 import real_parser_client as rpc  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures" / "cli_help"
@@ -393,14 +392,6 @@ def real_router_verdicts(argvs):
             verdicts[name] = (exc.code == 0, err.getvalue().strip().splitlines()[-1])
     return verdicts
 
-
-@pytest.fixture(scope="module")
-def real_python():
-    try:
-        python, _ = rpc.ensure_venv()
-    except rpc.ParserUnavailable as exc:
-        pytest.fail(f"the real sglang parser could not be built: {exc}", pytrace=False)
-    return python
 
 
 def test_cross_check_with_the_real_parsers(specs, real_python, capsys):

@@ -7,7 +7,6 @@ the tests fail and say why.
 """
 
 import csv
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,14 +14,12 @@ import yaml
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "sglang_parser"))
 import real_parser_client as rpc  # noqa: E402
 
 PROFILES = sorted((REPO / "profiles").glob("*.yml"))  # every file there is a shipped profile
 FIXTURES = REPO / "tests" / "fixtures" / "cli_help"
 SGLANG_VERSION = "0.5.23"
 
-# A sample placement: the instance flags the worker role derives from the inventory.
 from samples import INSTANCES, SETTINGS  # noqa: E402
 
 AMBIGUITY = "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"
@@ -45,15 +42,6 @@ EXTRA_ARGVS = {
     "tp-prefix": ["--model-path", "/m", "--tp", "4"],
 }
 
-
-@pytest.fixture(scope="module")
-def real_python():
-    try:
-        python, seconds = rpc.ensure_venv()
-    except rpc.ParserUnavailable as exc:
-        pytest.fail(f"the real sglang {SGLANG_VERSION} parser could not be built: {exc}", pytrace=False)
-    print(f"parser venv ready in {seconds:.1f}s: {python}")
-    return python
 
 
 @pytest.fixture(scope="module")
