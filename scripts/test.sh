@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 run_lint() {
   echo "== lint: ruff, yamllint, ansible-lint (production profile)"
   ruff check .
+  ruff format --check .
   yamllint --strict .
   ansible-lint --profile production
 }

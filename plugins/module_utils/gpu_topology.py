@@ -144,18 +144,20 @@ def parse_query_gpu(text):
         has_cc = len(cells) >= 6 and (_na(cells[-1]) is None or re.match(r"^\d+\.\d+$", cells[-1]))
         tail = 3 if has_cc else 2
         index, uuid = int(cells[0]), _na(cells[1])
-        name = _na(",".join(raw[2:len(raw) - tail]))
+        name = _na(",".join(raw[2 : len(raw) - tail]))
         bus = cells[len(cells) - tail]
         mem = _na(cells[len(cells) - tail + 1])
         ccap = _na(cells[-1]) if has_cc else None
-        gpus.append({
-            "index": index,
-            "uuid": uuid,
-            "name": name,
-            "pci_bus_id": normalize_bus_id(bus),
-            "memory_total_mib": int(float(mem)) if mem and re.match(r"^\d+(\.\d+)?$", mem) else None,
-            "compute_capability": ccap,
-        })
+        gpus.append(
+            {
+                "index": index,
+                "uuid": uuid,
+                "name": name,
+                "pci_bus_id": normalize_bus_id(bus),
+                "memory_total_mib": int(float(mem)) if mem and re.match(r"^\d+(\.\d+)?$", mem) else None,
+                "compute_capability": ccap,
+            }
+        )
     return gpus
 
 
@@ -201,10 +203,13 @@ def parse_topo_matrix(text):
         if not tokens:
             continue
         first = _split_merged([tokens[0]], _DEVICES_RUN_RE, _DEVICE_RE)
-        is_row = bool(_GPU_LABEL_RE.match(first[0])) and len(first) == 1 and len(tokens) > 1 and (
-            _is_link(tokens[1]) or bool(_LINK_PREFIX_RE.match(tokens[1])) or _LINKS_RUN_RE.fullmatch(tokens[1]))
-        if header is None and not is_row and (
-                _DEVICE_RE.match(tokens[0]) or "Affinity" in line):
+        is_row = (
+            bool(_GPU_LABEL_RE.match(first[0]))
+            and len(first) == 1
+            and len(tokens) > 1
+            and (_is_link(tokens[1]) or bool(_LINK_PREFIX_RE.match(tokens[1])) or _LINKS_RUN_RE.fullmatch(tokens[1]))
+        )
+        if header is None and not is_row and (_DEVICE_RE.match(tokens[0]) or "Affinity" in line):
             header = line
             continue
         if header is not None and is_row:
@@ -215,7 +220,7 @@ def parse_topo_matrix(text):
     # Header: device columns, then the affinity columns that this driver prints.
     positions = sorted((header.find(name), name) for name in _AFFINITY_COLUMNS if name in header)
     affinity_columns = [name for _, name in positions]
-    device_part = header[:positions[0][0]] if positions else header
+    device_part = header[: positions[0][0]] if positions else header
     columns = _split_merged(device_part.split(), _DEVICES_RUN_RE, _DEVICE_RE)
 
     warnings = []
@@ -241,8 +246,10 @@ def parse_topo_matrix(text):
         link_cells, aff_cells = cells[:cut], cells[cut:]
         if len(aff_cells) != k:
             names = ", ".join(affinity_columns) or "none"
-            warnings.append(f"topo -m row GPU{idx}: {len(aff_cells)} affinity cells for {k} columns ({names});"
-                            " read from the row's end")
+            warnings.append(
+                f"topo -m row GPU{idx}: {len(aff_cells)} affinity cells for {k} columns ({names});"
+                " read from the row's end"
+            )
         aff = dict(_pairs(affinity_columns, aff_cells))
         if k and len(aff_cells) != k and aff_cells:
             # merged or missing cells: the CPU list is the first cell that looks like one
@@ -253,8 +260,10 @@ def parse_topo_matrix(text):
             if "NUMA Affinity" in affinity_columns and rest:
                 aff["NUMA Affinity"] = rest.pop(0)
         if len(link_cells) != len(columns):
-            warnings.append(f"topo -m row GPU{idx}: {len(link_cells)} link cells for {len(columns)} columns;"
-                            " GPU columns read in order")
+            warnings.append(
+                f"topo -m row GPU{idx}: {len(link_cells)} link cells for {len(columns)} columns;"
+                " GPU columns read in order"
+            )
         row_links = {}
         for col, cell in _pairs(columns, link_cells):
             m = _GPU_LABEL_RE.match(col)
@@ -608,8 +617,15 @@ def empty_facts(reason, numa_nodes=None, skipped=None, warnings=None):
         "numa_nodes": numa_nodes or [],
         "links": {},
         "p2p": {},
-        "sources": {"gpus": [], "links": [], "p2p": [], "numa_node": [], "cpu_affinity": [],
-                    "numa_nodes": ["sysfs"] if numa_nodes else [], "skipped": skipped or []},
+        "sources": {
+            "gpus": [],
+            "links": [],
+            "p2p": [],
+            "numa_node": [],
+            "cpu_affinity": [],
+            "numa_nodes": ["sysfs"] if numa_nodes else [],
+            "skipped": skipped or [],
+        },
         "warnings": warnings or [],
         "reason": reason,
     }
@@ -634,8 +650,9 @@ def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_p
             skipped.append(f"nvml: pynvml not importable ({_nvml_error(exc)})")
         else:
             try:
-                data = collect_nvml(nvml, n_cpus=cpu_count(sysfs_root),
-                                    n_nodes=max([n["id"] for n in numa_nodes] + [63]) + 1)
+                data = collect_nvml(
+                    nvml, n_cpus=cpu_count(sysfs_root), n_nodes=max([n["id"] for n in numa_nodes] + [63]) + 1
+                )
                 src = "nvml"
             except NoGpu as exc:
                 skipped.append(f"nvml: {exc}")
@@ -652,8 +669,9 @@ def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_p
                 skipped.append(f"nvidia-smi: {exc}")
 
     if data is None:
-        return empty_facts("no GPU found: " + "; ".join(skipped) if skipped else "no GPU source asked",
-                           numa_nodes, skipped)
+        return empty_facts(
+            "no GPU found: " + "; ".join(skipped) if skipped else "no GPU source asked", numa_nodes, skipped
+        )
 
     warnings = list(data["warnings"])
     numa_src, cpu_src = set(), set()
@@ -677,8 +695,9 @@ def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_p
             numa = tool_single
             numa_src.add(tool_src)
             if pci["raw_numa_node"] is not None:
-                warnings.append(f"{label}: sysfs numa_node is {pci['raw_numa_node']};"
-                                f" using NUMA node {numa} reported by {tool}")
+                warnings.append(
+                    f"{label}: sysfs numa_node is {pci['raw_numa_node']}; using NUMA node {numa} reported by {tool}"
+                )
         else:
             why = []
             if pci["raw_numa_node"] is not None:
@@ -705,16 +724,18 @@ def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_p
             warnings.append(f"{label}: CPU affinity unknown")
         if numa is not None and node_ids and numa not in node_ids:
             warnings.append(f"{label}: NUMA node {numa} is not among sysfs nodes {format_cpulist(node_ids)}")
-        gpus.append({
-            "index": raw["index"],
-            "uuid": raw["uuid"],
-            "name": raw["name"],
-            "pci_bus_id": raw["pci_bus_id"],
-            "memory_total_mib": raw["memory_total_mib"],
-            "compute_capability": raw["compute_capability"],
-            "numa_node": numa,
-            "cpu_affinity": list(cpus),
-        })
+        gpus.append(
+            {
+                "index": raw["index"],
+                "uuid": raw["uuid"],
+                "name": raw["name"],
+                "pci_bus_id": raw["pci_bus_id"],
+                "memory_total_mib": raw["memory_total_mib"],
+                "compute_capability": raw["compute_capability"],
+                "numa_node": numa,
+                "cpu_affinity": list(cpus),
+            }
+        )
 
     nodes_src = ["sysfs"] if numa_nodes else []
     if not numa_nodes:

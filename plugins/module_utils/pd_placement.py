@@ -229,8 +229,10 @@ def place(topology, instances, strict=False):
     host = _Host(topology)
     reqs = _requests(host, instances)
     if not host.gpus:
-        raise PlacementError(f"the host has no GPU to place {', '.join(r['name'] for r in reqs)} on"
-                             + (f" ({host.reason})" if host.reason else ""))
+        raise PlacementError(
+            f"the host has no GPU to place {', '.join(r['name'] for r in reqs)} on"
+            + (f" ({host.reason})" if host.reason else "")
+        )
 
     results = {}
     taken = {}
@@ -240,8 +242,10 @@ def place(topology, instances, strict=False):
             continue
         missing = [g for g in req["gpus"] if g not in host.gpus]
         if missing:
-            raise PlacementError(f"{req['name']} asks for GPU {_fmt(missing)}, but the host has GPUs "
-                                 f"{_fmt(host.gpus)} ({host.describe_all()})")
+            raise PlacementError(
+                f"{req['name']} asks for GPU {_fmt(missing)}, but the host has GPUs "
+                f"{_fmt(host.gpus)} ({host.describe_all()})"
+            )
         for g in req["gpus"]:
             if g in taken:
                 raise PlacementError(f"GPU {g} is asked for by both {taken[g]} and {req['name']}")
@@ -254,8 +258,10 @@ def place(topology, instances, strict=False):
     if want > len(free):
         asked = ", ".join(f"{r['name']} tp {r['n']}" for r in todo)
         held = f"; GPUs {_fmt(taken)} are taken by explicit lists" if taken else ""
-        raise PlacementError(f"cannot place {asked}: {want} GPUs asked, {len(free)} free of {len(host.gpus)} "
-                             f"({host.describe_free(free)}){held}")
+        raise PlacementError(
+            f"cannot place {asked}: {want} GPUs asked, {len(free)} free of {len(host.gpus)} "
+            f"({host.describe_free(free)}){held}"
+        )
 
     plan = _search(host, todo, free) if todo else []
     # in-set placements first, then the spilled ones on what is left
@@ -269,12 +275,15 @@ def place(topology, instances, strict=False):
         free_before = set(free)
         chosen = host.best_subset(free, req["n"])
         worst = host.quality(chosen)[0]
-        worst_code = next((host.link(a, b) for a, b in itertools.combinations(chosen, 2)
-                           if link_rank(host.link(a, b)) == worst), None)
+        worst_code = next(
+            (host.link(a, b) for a, b in itertools.combinations(chosen, 2) if link_rank(host.link(a, b)) == worst), None
+        )
         sets = sorted({host.group_of[g] for g in chosen})
-        msg = (f"{req['name']}: no single locality set has {req['n']} free GPUs "
-               f"({host.describe_free(free_before | set(chosen))}); placed on GPUs {_fmt(chosen)} "
-               f"across {', '.join(host.label(k) for k in sets)} (worst link {worst_code or 'unknown'})")
+        msg = (
+            f"{req['name']}: no single locality set has {req['n']} free GPUs "
+            f"({host.describe_free(free_before | set(chosen))}); placed on GPUs {_fmt(chosen)} "
+            f"across {', '.join(host.label(k) for k in sets)} (worst link {worst_code or 'unknown'})"
+        )
         if strict:
             raise PlacementError(f"strict placement: {msg}")
         free -= set(chosen)
@@ -292,8 +301,10 @@ def _describe(host, req, gpus, warns):
     known = sorted({n for n in nodes if n is not None})
     numa = known[0] if len(known) == 1 and None not in nodes else None
     if req["gpus"] is not None and len({host.group_of[g] for g in gpus}) > 1:
-        warns.append(f"{req['name']}: GPUs {_fmt(gpus)} span "
-                     f"{', '.join(host.label(k) for k in sorted({host.group_of[g] for g in gpus}))}")
+        warns.append(
+            f"{req['name']}: GPUs {_fmt(gpus)} span "
+            f"{', '.join(host.label(k) for k in sorted({host.group_of[g] for g in gpus}))}"
+        )
     if numa is not None and host.node_cpus.get(numa):
         cpus = host.node_cpus[numa]
     elif None not in nodes and known and all(host.node_cpus.get(n) for n in known):
@@ -304,10 +315,11 @@ def _describe(host, req, gpus, warns):
         if common:
             cpus = sorted(common)
             if None in nodes:
-                warns.append(f"{req['name']}: NUMA node unknown; cpus are the GPUs' common CPU affinity "
-                             f"({_fmt(cpus)})")
+                warns.append(f"{req['name']}: NUMA node unknown; cpus are the GPUs' common CPU affinity ({_fmt(cpus)})")
         else:
             cpus = sorted(set().union(*sets)) if sets else []
-            warns.append(f"{req['name']}: the GPUs share no CPU affinity; cpus are their union "
-                         f"({_fmt(cpus) if cpus else 'unknown'})")
+            warns.append(
+                f"{req['name']}: the GPUs share no CPU affinity; cpus are their union "
+                f"({_fmt(cpus) if cpus else 'unknown'})"
+            )
     return {"name": req["name"], "gpus": sorted(gpus), "numa_node": numa, "cpus": list(cpus), "warnings": warns}

@@ -55,8 +55,11 @@ def _call(fn, *args):
 def capture_smi(outdir, smi):
     """The raw outputs, exactly as printed."""
     raw = {}
-    for fname, args in (("query-gpu.csv", gt.QUERY_ARGS), ("topo-m.txt", gt.TOPO_ARGS),
-                        ("topo-p2p-r.txt", gt.P2P_ARGS)):
+    for fname, args in (
+        ("query-gpu.csv", gt.QUERY_ARGS),
+        ("topo-m.txt", gt.TOPO_ARGS),
+        ("topo-p2p-r.txt", gt.P2P_ARGS),
+    ):
         t0 = time.perf_counter()
         rc, out, err = gt.subprocess_runner([smi, *args])
         took = time.perf_counter() - t0
@@ -72,9 +75,13 @@ def capture_smi(outdir, smi):
 
 def capture_sysfs(outdir, bus_ids):
     files = {}
-    patterns = ["/sys/devices/system/node/node*/cpulist", "/sys/devices/system/node/possible",
-                "/sys/devices/system/node/online", "/sys/devices/system/cpu/possible",
-                "/sys/devices/system/cpu/online"]
+    patterns = [
+        "/sys/devices/system/node/node*/cpulist",
+        "/sys/devices/system/node/possible",
+        "/sys/devices/system/node/online",
+        "/sys/devices/system/cpu/possible",
+        "/sys/devices/system/cpu/online",
+    ]
     for bus in bus_ids:
         for name in ("numa_node", "local_cpulist", "local_cpus", "current_link_speed", "current_link_width"):
             patterns.append(f"/sys/bus/pci/devices/{bus}/{name}")
@@ -151,9 +158,11 @@ def record_nvml(outdir):
     log("nvml:", json.dumps({k: v for k, v in rec.items() if k != "gpus"}, indent=1))
     for g in rec["gpus"]:
         active = [e for e in g["nvlinks"] if e.get("state") == 1]
-        log(f"  {g['busId']} {g['name']} cc {g['cuda_cc']} mem {g['memory_total']} cpu {g['cpu_affinity']} "
+        log(
+            f"  {g['busId']} {g['name']} cc {g['cuda_cc']} mem {g['memory_total']} cpu {g['cpu_affinity']} "
             f"node {g['memory_affinity']} numa_id {g['numa_node_id']} active links {len(active)}: "
-            f"{[(e.get('remote_bus'), e.get('remote_type')) for e in active][:3]}")
+            f"{[(e.get('remote_bus'), e.get('remote_type')) for e in active][:3]}"
+        )
     return rec
 
 
@@ -169,8 +178,9 @@ def time_sources():
     out = {}
     for source in SOURCES:
         t0 = time.perf_counter()
-        child = subprocess.run([sys.executable, __file__, "--once", source], capture_output=True, text=True,
-                               check=False)
+        child = subprocess.run(
+            [sys.executable, __file__, "--once", source], capture_output=True, text=True, check=False
+        )
         wall = time.perf_counter() - t0
         cold = json.loads(child.stdout) if child.returncode == 0 else {"error": child.stderr[-2000:]}
         warm = []
@@ -187,8 +197,10 @@ def time_sources():
             "warm_median_s": round(statistics.median(warm), 4),
             "cold_facts_equal_warm": cold.get("facts") == facts,
         }
-        log(f"{source}: cold gather {out[source]['cold_gather_s']} s (process {wall:.3f} s), "
-            f"warm median {out[source]['warm_median_s']} s of {out[source]['warm_gather_s']}")
+        log(
+            f"{source}: cold gather {out[source]['cold_gather_s']} s (process {wall:.3f} s), "
+            f"warm median {out[source]['warm_median_s']} s of {out[source]['warm_gather_s']}"
+        )
     return out
 
 
@@ -199,8 +211,12 @@ _pspec.loader.exec_module(pp)
 # The layouts of the deployment notes, by GPU count: issue 7 asks for 1P1D TP4+TP4 and 2P2D TP2 x 4 on 8 GPUs.
 LAYOUTS = {
     "1P1D TP4+TP4": [{"name": "prefill0", "tp": 4}, {"name": "decode0", "tp": 4}],
-    "2P2D TP2x4": [{"name": "prefill0", "tp": 2}, {"name": "prefill1", "tp": 2},
-                   {"name": "decode0", "tp": 2}, {"name": "decode1", "tp": 2}],
+    "2P2D TP2x4": [
+        {"name": "prefill0", "tp": 2},
+        {"name": "prefill1", "tp": 2},
+        {"name": "decode0", "tp": 2},
+        {"name": "decode1", "tp": 2},
+    ],
     "1P1D TP1+TP1": [{"name": "prefill0", "tp": 1}, {"name": "decode0", "tp": 1}],
 }
 
@@ -243,14 +259,31 @@ def run_module():
     link.parent.mkdir(parents=True)
     link.symlink_to(REPO)
     cfg = tmp / "ansible.cfg"
-    cfg.write_text(f"[defaults]\ncollections_path = {tmp}\ninterpreter_python = auto_silent\n"
-                   "local_tmp = /tmp/.ansible-local\n")
+    cfg.write_text(
+        f"[defaults]\ncollections_path = {tmp}\ninterpreter_python = auto_silent\nlocal_tmp = /tmp/.ansible-local\n"
+    )
     env = dict(os.environ, ANSIBLE_CONFIG=str(cfg), LC_ALL="C.UTF-8", LANG="C.UTF-8", ANSIBLE_NOCOLOR="1")
     runs = []
     for args in (["source=nvml"], ["source=nvidia-smi"], ["source=auto", "--check"]):
-        argv = [sys.executable, "-m", "ansible", "adhoc", "localhost", "-i", "localhost,", "-c", "local", "-o",
-                "-e", f"ansible_python_interpreter={sys.executable}",
-                "-m", "disagg.sglang.gpu_topology", "-a", args[0], *args[1:]]
+        argv = [
+            sys.executable,
+            "-m",
+            "ansible",
+            "adhoc",
+            "localhost",
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-o",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-m",
+            "disagg.sglang.gpu_topology",
+            "-a",
+            args[0],
+            *args[1:],
+        ]
         t0 = time.perf_counter()
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
         wall = time.perf_counter() - t0
@@ -275,8 +308,13 @@ def main(argv):
     outdir = Path(argv[1] if len(argv) > 1 else os.environ.get("OUT", "/tmp/topology-out"))
     outdir.mkdir(parents=True, exist_ok=True)
     smi = gt.find_nvidia_smi()
-    env = {"python": sys.version.split()[0], "kernel": platform.release(), "nvidia_smi": smi,
-           "cpu_count": os.cpu_count(), "sysfs_cpu_count": gt.cpu_count("/")}
+    env = {
+        "python": sys.version.split()[0],
+        "kernel": platform.release(),
+        "nvidia_smi": smi,
+        "cpu_count": os.cpu_count(),
+        "sysfs_cpu_count": gt.cpu_count("/"),
+    }
     try:
         from importlib.metadata import version  # noqa: PLC0415
 
@@ -290,8 +328,13 @@ def main(argv):
     capture_sysfs(outdir, bus_ids)
     nvml = record_nvml(outdir)
     env["driver_version"] = nvml.get("driver_version")
-    result = {"environment": env, "nvidia_smi_runs": raw, "timings": timed, "checks": checks(timed),
-              "placements": {source: placements(timed[source]["facts"]) for source in SOURCES}}
+    result = {
+        "environment": env,
+        "nvidia_smi_runs": raw,
+        "timings": timed,
+        "checks": checks(timed),
+        "placements": {source: placements(timed[source]["facts"]) for source in SOURCES},
+    }
     Path(outdir, "results.json").write_text(json.dumps(result, indent=1) + "\n")
     log("checks:", json.dumps(result["checks"], indent=1))
     for source in SOURCES:

@@ -23,16 +23,27 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandbox hosts need ro
 
 
 def sandbox(*args, check=True):
-    proc = subprocess.run([sys.executable, "-m", "tests.sandbox", *args], cwd=REPO, text=True,
-                          capture_output=True, check=False, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.sandbox", *args],
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        check=False,
+        timeout=600,
+    )
     if check and proc.returncode:
         pytest.fail(f"sandbox {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
 
 
 def ssh(host, command):
-    return subprocess.run(["ssh", "-F", str(STATE / "ssh_config"), "-o", "BatchMode=yes", host, command],
-                          text=True, capture_output=True, check=False, timeout=60)
+    return subprocess.run(
+        ["ssh", "-F", str(STATE / "ssh_config"), "-o", "BatchMode=yes", host, command],
+        text=True,
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
 
 
 def cgroup_dirs(hostname):
@@ -123,8 +134,12 @@ def test_down_leaves_nothing_behind(booted):
     links = subprocess.run(["ip", "-o", "link"], text=True, capture_output=True, check=True).stdout
     assert [line for line in links.splitlines() if any(f"ve-{n}" in line for n in names)] == []
     assert live_processes_mentioning([str(STATE)] + [f"disagg-sandbox/{n}/" for n in names]) == []
-    assert [r["pid"] for r in records if Path(f"/proc/{r['pid']}").exists()
-            and not Path(f"/proc/{r['pid']}/stat").read_text().split(") ", 1)[1].startswith("Z")] == []
+    assert [
+        r["pid"]
+        for r in records
+        if Path(f"/proc/{r['pid']}").exists()
+        and not Path(f"/proc/{r['pid']}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    ] == []
     assert [str(d) for n in names for d in cgroup_dirs(n)] == []
     # the shared parent dir stays only while another sandbox (another test run, the demo) is up
     assert [str(p) for p in cgroup_parents() if not any(c.is_dir() for c in p.iterdir())] == []

@@ -81,16 +81,21 @@ def cmd_wheelhouse(_args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="python -m tests.sandbox", description=__doc__,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    top = argparse.ArgumentParser(
+        prog="python -m tests.sandbox", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = top.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("up", help="boot NAME-1..N (idempotent)")
     p.add_argument("--name", required=True)
     p.add_argument("--hosts", type=int, default=1)
     p.add_argument("--topology", default=fakegpu.DEFAULT_TOPOLOGY, choices=fakegpu.topology_names())
-    p.add_argument("--no-wheelhouse", dest="wheelhouse", action="store_false",
-                   help="do not fill the wheelhouse first (the guests then see whatever is there)")
+    p.add_argument(
+        "--no-wheelhouse",
+        dest="wheelhouse",
+        action="store_false",
+        help="do not fill the wheelhouse first (the guests then see whatever is there)",
+    )
     p.add_argument("--json", action="store_true", help="print hosts.json instead of the summary")
     p.set_defaults(func=cmd_up)
 

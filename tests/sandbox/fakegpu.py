@@ -63,25 +63,26 @@ def expand(spec: dict, hostname: str) -> dict:
     for gpu in spec["gpus"]:
         node = nodes[gpu["numa_node"]]
         ident = uuid.uuid5(uuid.NAMESPACE_URL, f"disagg-sandbox:{hostname}:gpu{gpu['index']}")
-        gpus.append({
-            "index": gpu["index"],
-            "uuid": f"GPU-{ident}",
-            "serial": str(1650125000000 + ident.int % 100000),
-            "name": model["name"],
-            "pci_bus_id": gpu["pci_bus_id"].upper(),
-            "sysfs_bus_id": gpu["pci_bus_id"][4:].lower(),
-            "pci_device_id": "0x" + (model["pci_device_id"][2:] + model["pci_vendor_id"][2:]).upper(),
-            "pci_sub_device_id": "0x204E10DE",
-            "numa_node": gpu["numa_node"],
-            "cpulist": node["cpulist"],
-            "compute_cap": model["compute_cap"],
-            "memory_total_mib": model["memory_total_mib"],
-            "memory_reserved_mib": 633,
-            "power_limit_w": model["power_limit_w"],
-            "vbios_version": "98.02.52.00.02",
-        })
-    links = [["X" if a is b else ("NODE" if a["numa_node"] == b["numa_node"] else "SYS") for b in gpus]
-             for a in gpus]
+        gpus.append(
+            {
+                "index": gpu["index"],
+                "uuid": f"GPU-{ident}",
+                "serial": str(1650125000000 + ident.int % 100000),
+                "name": model["name"],
+                "pci_bus_id": gpu["pci_bus_id"].upper(),
+                "sysfs_bus_id": gpu["pci_bus_id"][4:].lower(),
+                "pci_device_id": "0x" + (model["pci_device_id"][2:] + model["pci_vendor_id"][2:]).upper(),
+                "pci_sub_device_id": "0x204E10DE",
+                "numa_node": gpu["numa_node"],
+                "cpulist": node["cpulist"],
+                "compute_cap": model["compute_cap"],
+                "memory_total_mib": model["memory_total_mib"],
+                "memory_reserved_mib": 633,
+                "power_limit_w": model["power_limit_w"],
+                "vbios_version": "98.02.52.00.02",
+            }
+        )
+    links = [["X" if a is b else ("NODE" if a["numa_node"] == b["numa_node"] else "SYS") for b in gpus] for a in gpus]
     p2p = spec.get("p2p_read", "OK")
     p2p_read = [["X" if a is b else p2p for b in gpus] for a in gpus]
     return {
@@ -127,9 +128,12 @@ def render_sysfs(topo: dict, sys_dir: Path) -> None:
         _write(base / "cpumap", cpu_mask(cpu_list(node["cpulist"]), ncpus))
         _write(base / "distance", " ".join("10" if n is node else "21" for n in nodes))
         kib = node["memory_mib"] * 1024
-        _write(base / "meminfo", f"Node {node['id']} MemTotal:       {kib} kB\n"
-                                 f"Node {node['id']} MemFree:        {kib * 9 // 10} kB\n"
-                                 f"Node {node['id']} MemUsed:        {kib // 10} kB")
+        _write(
+            base / "meminfo",
+            f"Node {node['id']} MemTotal:       {kib} kB\n"
+            f"Node {node['id']} MemFree:        {kib * 9 // 10} kB\n"
+            f"Node {node['id']} MemUsed:        {kib // 10} kB",
+        )
     for gpu in topo["gpus"]:
         addr = gpu["sysfs_bus_id"]
         domain, bus = addr[:4], int(addr[5:7], 16)
@@ -163,13 +167,30 @@ _WORDS = "the capital of france is paris hello world verify tok a b c".split()
 
 
 def render_model(model: Path) -> None:
-    special = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-                "normalized": False, "special": True} for i, t in ((1, "<s>"), (2, "</s>"))]
+    special = [
+        {
+            "id": i,
+            "content": t,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i, t in ((1, "<s>"), (2, "</s>"))
+    ]
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {w: i + 3 for i, w in enumerate(_WORDS)}
-    tokenizer = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": special,
-                 "normalizer": {"type": "Lowercase"}, "pre_tokenizer": {"type": "Whitespace"},
-                 "post_processor": None, "decoder": None,
-                 "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}}
+    tokenizer = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": special,
+        "normalizer": {"type": "Lowercase"},
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
+    }
     chat = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
     _write(model / "tokenizer.json", json.dumps(tokenizer))
     config = {"bos_token": "<s>", "eos_token": "</s>", "chat_template": chat}
@@ -185,10 +206,11 @@ def render(root: Path, hostname: str, topology: str = DEFAULT_TOPOLOGY) -> dict:
         shutil.rmtree(fake)
     _write(fake / "topology.json", json.dumps(topo, indent=2))
     render_sysfs(topo, fake / "sysroot/sys")
-    _write(fake / "sysroot/proc/driver/nvidia/version",
-           f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {topo['driver_version']}")
-    for src, dest in ((GUEST / "numactl", fake / "bin/numactl"),
-                      (GUEST / "nvidia-smi", root / NVIDIA_SMI.lstrip("/"))):
+    _write(
+        fake / "sysroot/proc/driver/nvidia/version",
+        f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {topo['driver_version']}",
+    )
+    for src, dest in ((GUEST / "numactl", fake / "bin/numactl"), (GUEST / "nvidia-smi", root / NVIDIA_SMI.lstrip("/"))):
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest)
         dest.chmod(0o755)

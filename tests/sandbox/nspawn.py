@@ -35,14 +35,32 @@ SUBNET = ipaddress.ip_network(os.environ.get("DISAGG_SANDBOX_SUBNET", "10.213.0.
 CGROUP_PARENT = "disagg-sandbox"
 GUEST_IF = "host0"
 SUITE = "bookworm"
-PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "python3-venv", "iproute2",
-            "openssh-server", "sudo", "ca-certificates", "numactl", "curl",
-            "python3-packaging",  # ansible.builtin.pip imports it on the target
-            "python3-apt"]  # ansible.builtin.package (apt) needs it; real Debian hosts have it
+PACKAGES = [
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "python3",
+    "python3-venv",
+    "iproute2",
+    "openssh-server",
+    "sudo",
+    "ca-certificates",
+    "numactl",
+    "curl",
+    "python3-packaging",  # ansible.builtin.pip imports it on the target
+    "python3-apt",
+]  # ansible.builtin.package (apt) needs it; real Debian hosts have it
 # Units that only cost boot time in a throwaway container.
-MASKED_UNITS = ["apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer",
-                "e2scrub_reap.service", "dpkg-db-backup.timer", "systemd-firstboot.service",
-                "getty@tty1.service", "console-getty.service"]
+MASKED_UNITS = [
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "e2scrub_all.timer",
+    "e2scrub_reap.service",
+    "dpkg-db-backup.timer",
+    "systemd-firstboot.service",
+    "getty@tty1.service",
+    "console-getty.service",
+]
 # Bump when the customisation below changes: it is part of the cache key.
 ROOTFS_RECIPE = "3"
 BOOT_TIMEOUT = 90.0
@@ -57,9 +75,14 @@ def log(msg: str) -> None:
 
 
 def run(*cmd: str, check: bool = True, capture: bool = False, **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, text=True, check=False,
-                          stdout=subprocess.PIPE if capture else None,
-                          stderr=subprocess.PIPE if capture else None, **kw)
+    proc = subprocess.run(
+        cmd,
+        text=True,
+        check=False,
+        stdout=subprocess.PIPE if capture else None,
+        stderr=subprocess.PIPE if capture else None,
+        **kw,
+    )
     if check and proc.returncode:
         detail = (proc.stderr or "").strip() if capture else ""
         raise SandboxError(f"{' '.join(cmd)} exited {proc.returncode}{': ' + detail if detail else ''}")
@@ -76,6 +99,7 @@ def locked(name: str):
 
 
 # ---------------------------------------------------------------- rootfs
+
 
 def debian_mirror() -> str:
     """The machine's own Debian mirror, read from its apt sources (deb822 or one-line)."""
@@ -94,16 +118,21 @@ def debian_mirror() -> str:
                     if line.strip() and not line.lstrip().startswith("#") and ":" in line:
                         key, _, value = line.partition(":")
                         fields[key.strip().lower()] = value.split()
-                if ("deb" in fields.get("types", []) and SUITE in fields.get("suites", [])
-                        and fields.get("enabled", ["yes"])[0] != "no" and fields.get("uris")):
+                if (
+                    "deb" in fields.get("types", [])
+                    and SUITE in fields.get("suites", [])
+                    and fields.get("enabled", ["yes"])[0] != "no"
+                    and fields.get("uris")
+                ):
                     return fields["uris"][0]
         else:
             for line in text.splitlines():
                 words = re.sub(r"\[[^]]*\]", " ", line.split("#", 1)[0]).split()  # drop [options]
                 if len(words) >= 3 and words[0] == "deb" and words[2] == SUITE:
                     return words[1]
-    raise SandboxError(f"no 'deb ... {SUITE}' source in /etc/apt/sources.list(.d); "
-                       "set DISAGG_SANDBOX_MIRROR to a Debian mirror")
+    raise SandboxError(
+        f"no 'deb ... {SUITE}' source in /etc/apt/sources.list(.d); set DISAGG_SANDBOX_MIRROR to a Debian mirror"
+    )
 
 
 def rootfs_key() -> str:
@@ -117,8 +146,15 @@ def rootfs_paths() -> tuple[Path, Path]:
 
 def customize_rootfs(root: Path) -> None:
     """Shape a fresh debootstrap tree into a container image that boots fast."""
-    for pattern in ("var/cache/apt/*.bin", "var/cache/apt/archives/*.deb", "var/lib/apt/lists/*",
-                    "usr/share/doc/*", "usr/share/man/*", "usr/share/info/*", "usr/share/locale/*"):
+    for pattern in (
+        "var/cache/apt/*.bin",
+        "var/cache/apt/archives/*.deb",
+        "var/lib/apt/lists/*",
+        "usr/share/doc/*",
+        "usr/share/man/*",
+        "usr/share/info/*",
+        "usr/share/locale/*",
+    ):
         for path in root.glob(pattern):
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     for name in ("etc/hostname", "etc/machine-id"):  # per host: nspawn sets the hostname, up writes the id
@@ -127,7 +163,8 @@ def customize_rootfs(root: Path) -> None:
     (root / "etc/default/locale").write_text("LANG=C.UTF-8\n")
     (root / "etc/ssh/sshd_config.d/sandbox.conf").write_text(
         "# disagg sandbox: root logs in with the key that `up` puts in\n"
-        "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\n")
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\n"
+    )
     (root / "opt/wheelhouse").mkdir(parents=True, exist_ok=True)
     run("systemctl", f"--root={root}", "enable", "systemd-networkd.service", capture=True)
     run("systemctl", f"--root={root}", "mask", *MASKED_UNITS, capture=True)
@@ -146,8 +183,18 @@ def ensure_rootfs() -> Path:
             tmp = base.with_name(base.name + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
-            run("tar", "-C", str(tmp), "--numeric-owner", "--xattrs", "--xattrs-include=*",
-                "-I", "zstd", "-xf", str(tarball))
+            run(
+                "tar",
+                "-C",
+                str(tmp),
+                "--numeric-owner",
+                "--xattrs",
+                "--xattrs-include=*",
+                "-I",
+                "zstd",
+                "-xf",
+                str(tarball),
+            )
             tmp.rename(base)
             log(f"rootfs extracted from {tarball} in {time.monotonic() - started:.1f} s")
         else:
@@ -173,8 +220,16 @@ def build_rootfs(tarball: Path, base: Path) -> None:
     shutil.rmtree(work, ignore_errors=True)
     started = time.monotonic()
     log(f"building the {SUITE} rootfs with debootstrap (about a minute, once)")
-    proc = run("debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(work),
-               mirror, check=False, capture=True)
+    proc = run(
+        "debootstrap",
+        "--variant=minbase",
+        f"--include={','.join(PACKAGES)}",
+        SUITE,
+        str(work),
+        mirror,
+        check=False,
+        capture=True,
+    )
     if proc.returncode:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
         shutil.rmtree(work, ignore_errors=True)
@@ -182,15 +237,29 @@ def build_rootfs(tarball: Path, base: Path) -> None:
     customize_rootfs(work)
     built = time.monotonic()
     tmp = tarball.with_name(tarball.name + ".tmp")
-    run("tar", "-C", str(work), "--numeric-owner", "--xattrs", "--xattrs-include=*",
-        "-I", "zstd -T0 -3", "-cf", str(tmp), ".")
+    run(
+        "tar",
+        "-C",
+        str(work),
+        "--numeric-owner",
+        "--xattrs",
+        "--xattrs-include=*",
+        "-I",
+        "zstd -T0 -3",
+        "-cf",
+        str(tmp),
+        ".",
+    )
     tmp.rename(tarball)
     work.rename(base)
-    log(f"rootfs built in {built - started:.1f} s, tarball {tarball.stat().st_size / 2**20:.0f} MiB "
-        f"in {time.monotonic() - built:.1f} s: {tarball}")
+    log(
+        f"rootfs built in {built - started:.1f} s, tarball {tarball.stat().st_size / 2**20:.0f} MiB "
+        f"in {time.monotonic() - built:.1f} s: {tarball}"
+    )
 
 
 # ---------------------------------------------------------------- cgroups, mounts, processes
+
 
 def cgroup_hierarchies() -> list[Path]:
     """Where a launcher gets its own dir: the unified root, or name=systemd + unified on hybrid."""
@@ -272,6 +341,7 @@ def is_launcher(pid: int, root: str) -> bool:
 
 # ---------------------------------------------------------------- hosts
 
+
 def state_dir(name: str) -> Path:
     return STATE_ROOT / name
 
@@ -319,8 +389,7 @@ def host_running(host: dict) -> bool:
 def ensure_key(sdir: Path) -> Path:
     key = sdir / "id_ed25519"
     if not key.exists():
-        run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"disagg-sandbox-{sdir.name}",
-            "-f", str(key))
+        run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"disagg-sandbox-{sdir.name}", "-f", str(key))
     return key
 
 
@@ -331,11 +400,13 @@ def render_guest(upper: Path, host: dict, peers: list[dict], pubkey: str) -> Non
     (etc / "machine-id").write_text(uuid.uuid5(uuid.NAMESPACE_URL, f"disagg-sandbox:{host['name']}").hex + "\n")
     (etc / "hosts").write_text(
         "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-        + "".join(f"{p['address']}\t{p['name']}\n" for p in peers))
+        + "".join(f"{p['address']}\t{p['name']}\n" for p in peers)
+    )
     (etc / "systemd/network/10-sandbox.network").write_text(
         f"[Match]\nName={GUEST_IF}\n\n[Network]\nAddress={host['address']}/30\n"
         "LinkLocalAddressing=no\nIPv6AcceptRA=no\n\n"
-        f"[Route]\nDestination={SUBNET}\nGateway={host['host_address']}\n")
+        f"[Route]\nDestination={SUBNET}\nGateway={host['host_address']}\n"
+    )
     ssh = upper / "root/.ssh"
     ssh.mkdir(parents=True, exist_ok=True)
     ssh.chmod(0o700)
@@ -349,8 +420,15 @@ def launch(host: dict, base: Path) -> None:
     hdir = Path(host["dir"])
     for sub in ("upper", "work", "root"):
         (hdir / sub).mkdir(parents=True, exist_ok=True)
-    run("mount", "-t", "overlay", "overlay", "-o",
-        f"lowerdir={base},upperdir={hdir / 'upper'},workdir={hdir / 'work'}", host["root"])
+    run(
+        "mount",
+        "-t",
+        "overlay",
+        "overlay",
+        "-o",
+        f"lowerdir={base},upperdir={hdir / 'upper'},workdir={hdir / 'work'}",
+        host["root"],
+    )
     cgroups = [root / CGROUP_PARENT / host["name"] for root in cgroup_hierarchies()]
     for cg in cgroups:
         cg.mkdir(parents=True, exist_ok=True)
@@ -359,13 +437,31 @@ def launch(host: dict, base: Path) -> None:
         for cg in cgroups:
             (cg / "cgroup.procs").write_text(str(os.getpid()))
 
-    cmd = ["systemd-nspawn", "--quiet", "--boot", "--directory", host["root"], "--machine", host["name"],
-           "--register=no", "--keep-unit", "--console=passive", "--link-journal=no",
-           "--private-network", f"--network-veth-extra={host['interface']}:{GUEST_IF}",
-           f"--bind-ro={host['wheelhouse']}:/opt/wheelhouse"]
+    cmd = [
+        "systemd-nspawn",
+        "--quiet",
+        "--boot",
+        "--directory",
+        host["root"],
+        "--machine",
+        host["name"],
+        "--register=no",
+        "--keep-unit",
+        "--console=passive",
+        "--link-journal=no",
+        "--private-network",
+        f"--network-veth-extra={host['interface']}:{GUEST_IF}",
+        f"--bind-ro={host['wheelhouse']}:/opt/wheelhouse",
+    ]
     with open(hdir / "console.log", "ab") as console:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=enter_cgroups)  # noqa: PLW1509 (no threads here)
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=enter_cgroups,  # noqa: PLW1509 (no threads here)
+        )
     host["pid"] = proc.pid
     write_host(host)
 
@@ -397,16 +493,17 @@ def ssh_cmd(sdir: Path, host: str, *cmd: str) -> list[str]:
 def wait_ready(sdir: Path, host: dict, deadline: float) -> str:
     """Until ssh answers and systemd reports the boot finished (running or degraded)."""
     while True:
-        proc = run(*ssh_cmd(sdir, host["name"], "systemctl", "is-system-running", "--wait"),
-                   check=False, capture=True)
+        proc = run(*ssh_cmd(sdir, host["name"], "systemctl", "is-system-running", "--wait"), check=False, capture=True)
         state = proc.stdout.strip()
         if state in ("running", "degraded"):
             return state
         if not host_running(host):
             raise SandboxError(f"{host['name']}: container exited during boot:\n{console_tail(host)}")
         if time.monotonic() > deadline:
-            raise SandboxError(f"{host['name']}: not ready after {BOOT_TIMEOUT:.0f} s "
-                               f"(ssh: {proc.stderr.strip() or state}):\n{console_tail(host)}")
+            raise SandboxError(
+                f"{host['name']}: not ready after {BOOT_TIMEOUT:.0f} s "
+                f"(ssh: {proc.stderr.strip() or state}):\n{console_tail(host)}"
+            )
         time.sleep(0.1)
 
 
@@ -425,23 +522,35 @@ def write_access_files(name: str, hosts: list[dict]) -> None:
     key = sdir / "id_ed25519"
     ssh = [f"# sandbox {name}: ssh -F {sdir / 'ssh_config'} {hosts[0]['name'] if hosts else 'HOST'}\n"]
     for h in hosts:
-        ssh.append(f"Host {h['name']} {h['address']}\n  HostName {h['address']}\n  User root\n"
-                   f"  Port 22\n  IdentityFile {key}\n  IdentitiesOnly yes\n"
-                   "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n")
+        ssh.append(
+            f"Host {h['name']} {h['address']}\n  HostName {h['address']}\n  User root\n"
+            f"  Port 22\n  IdentityFile {key}\n  IdentitiesOnly yes\n"
+            "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+        )
     (sdir / "ssh_config").write_text("\n".join(ssh))
-    public = [{k: h[k] for k in ("name", "address", "host_address", "interface", "topology")}
-              | {"user": "root", "port": 22, "identity_file": str(key), "ssh_config": str(sdir / "ssh_config"),
-                 "sysfs_root": fakegpu.SYSFS_ROOT, "numactl": fakegpu.NUMACTL,
-                 "nvidia_smi": fakegpu.NVIDIA_SMI, "wheelhouse": "/opt/wheelhouse"}
-              for h in hosts]
+    public = [
+        {k: h[k] for k in ("name", "address", "host_address", "interface", "topology")}
+        | {
+            "user": "root",
+            "port": 22,
+            "identity_file": str(key),
+            "ssh_config": str(sdir / "ssh_config"),
+            "sysfs_root": fakegpu.SYSFS_ROOT,
+            "numactl": fakegpu.NUMACTL,
+            "nvidia_smi": fakegpu.NVIDIA_SMI,
+            "wheelhouse": "/opt/wheelhouse",
+        }
+        for h in hosts
+    ]
     (sdir / "hosts.json").write_text(json.dumps(public, indent=2) + "\n")
-    inv = [f"# sandbox {name}: ansible-inventory -i {sdir / 'inventory.yml'} --list\n",
-           "all:\n  hosts:\n"]
+    inv = [f"# sandbox {name}: ansible-inventory -i {sdir / 'inventory.yml'} --list\n", "all:\n  hosts:\n"]
     inv += [f"    {h['name']}:\n      ansible_host: {h['address']}\n" for h in hosts]
-    inv.append(f"  vars:\n    ansible_connection: ssh\n    ansible_user: root\n"
-               f"    ansible_ssh_private_key_file: {key}\n"
-               f"    ansible_ssh_common_args: -F {sdir / 'ssh_config'}\n"
-               "    ansible_python_interpreter: /usr/bin/python3\n")
+    inv.append(
+        f"  vars:\n    ansible_connection: ssh\n    ansible_user: root\n"
+        f"    ansible_ssh_private_key_file: {key}\n"
+        f"    ansible_ssh_common_args: -F {sdir / 'ssh_config'}\n"
+        "    ansible_python_interpreter: /usr/bin/python3\n"
+    )
     (sdir / "inventory.yml").write_text("".join(inv))
 
 
@@ -461,18 +570,27 @@ def up(name: str, count: int, topology: str) -> list[dict]:
             old = existing.get(hname)
             if old and host_running(old):
                 if old["topology"] != topology:
-                    log(f"{hname} is up with topology {old['topology']}; --topology {topology} ignored "
-                        "(take the sandbox down to change it)")
+                    log(
+                        f"{hname} is up with topology {old['topology']}; --topology {topology} ignored "
+                        "(take the sandbox down to change it)"
+                    )
                 continue
             if old:  # leftovers of a host that died: clear them before reusing the name
                 teardown_host(old)
             slot = min(set(range(1, SUBNET.num_addresses // 4)) - used_slots())
             host_address, address = slot_addresses(slot)
             existing[hname] = {
-                "name": hname, "index": index, "slot": slot, "address": address, "host_address": host_address,
-                "interface": interface_name(hname), "topology": topology,
-                "dir": str(sdir / "hosts" / hname), "root": str(sdir / "hosts" / hname / "root"),
-                "wheelhouse": str(WHEELHOUSE), "pid": None,
+                "name": hname,
+                "index": index,
+                "slot": slot,
+                "address": address,
+                "host_address": host_address,
+                "interface": interface_name(hname),
+                "topology": topology,
+                "dir": str(sdir / "hosts" / hname),
+                "root": str(sdir / "hosts" / hname / "root"),
+                "wheelhouse": str(WHEELHOUSE),
+                "pid": None,
             }
             Path(existing[hname]["dir"]).mkdir(parents=True, exist_ok=True)
             write_host(existing[hname])
@@ -498,8 +616,10 @@ def up(name: str, count: int, topology: str) -> list[dict]:
         write_access_files(name, load_hosts(name))
         raise
     booted = time.monotonic()
-    log(f"{name}: booted {len(to_boot)} host(s) in {booted - boot_started:.1f} s "
-        f"(up took {booted - started:.1f} s): " + ", ".join(f"{k} {v}" for k, v in states.items()))
+    log(
+        f"{name}: booted {len(to_boot)} host(s) in {booted - boot_started:.1f} s "
+        f"(up took {booted - started:.1f} s): " + ", ".join(f"{k} {v}" for k, v in states.items())
+    )
     return hosts
 
 
@@ -593,7 +713,15 @@ def status(name: str) -> list[dict]:
         if running:
             proc = run(*ssh_cmd(sdir, host["name"], "systemctl", "is-system-running"), check=False, capture=True)
             system = proc.stdout.strip() or f"ssh failed: {proc.stderr.strip()}"
-        out.append({"name": host["name"], "address": host["address"], "interface": host["interface"],
-                    "pid": host["pid"] if running else None, "running": running, "system": system,
-                    "topology": host["topology"]})
+        out.append(
+            {
+                "name": host["name"],
+                "address": host["address"],
+                "interface": host["interface"],
+                "pid": host["pid"] if running else None,
+                "running": running,
+                "system": system,
+                "topology": host["topology"],
+            }
+        )
     return out

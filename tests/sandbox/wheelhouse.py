@@ -20,8 +20,11 @@ from pathlib import Path
 from .nspawn import WHEELHOUSE, SandboxError, locked, log
 
 PYTHON_VERSION = "3.11"
-PLATFORMS = ([f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)]
-             + ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"])
+PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)] + [
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+]
 WITH_DEPS = ["sglang-router==0.3.2", "nvidia-ml-py==13.615.71", "numpy", "pip", "setuptools", "wheel"]
 # nixl is the meta package that provides `nixl._api` (the import sglang makes); nixl-cu13 the CUDA 13 build.
 NO_DEPS = ["nixl==1.5.1", "nixl-cu13==1.5.1"]
@@ -41,8 +44,19 @@ def pip(*args: str) -> None:
 
 
 def download_args() -> list[str]:
-    args = ["download", "--quiet", "--dest", str(WHEELHOUSE), "--only-binary=:all:",
-            "--python-version", PYTHON_VERSION, "--implementation", "cp", "--abi", "cp311"]
+    args = [
+        "download",
+        "--quiet",
+        "--dest",
+        str(WHEELHOUSE),
+        "--only-binary=:all:",
+        "--python-version",
+        PYTHON_VERSION,
+        "--implementation",
+        "cp",
+        "--abi",
+        "cp311",
+    ]
     for platform in PLATFORMS:
         args += ["--platform", platform]
     return args

@@ -393,7 +393,6 @@ def real_router_verdicts(argvs):
     return verdicts
 
 
-
 def test_cross_check_with_the_real_parsers(specs, real_python, capsys):
     by_help = {"sglang": {}, "router": {}}
     for case in CASES["argv_cases"]:

@@ -26,8 +26,13 @@ CASES = [(h, s) for h in HOSTS for s in _sources(tf.load_host(h))]
 def gather_host(spec, source, tmp_path):
     root = tf.write_sysfs(tmp_path / "root", spec.get("sysfs"), spec["dir"])
     if source == "nvml":
-        return gt.gather(sysfs_root=root, nvidia_smi_path="/nonexistent/nvidia-smi",
-                         runner=tf.FakeSmi(), nvml_loader=tf.nvml_loader(spec["dir"], spec["nvml"]), source="nvml")
+        return gt.gather(
+            sysfs_root=root,
+            nvidia_smi_path="/nonexistent/nvidia-smi",
+            runner=tf.FakeSmi(),
+            nvml_loader=tf.nvml_loader(spec["dir"], spec["nvml"]),
+            source="nvml",
+        )
     smi = tf.FakeSmi(spec["outputs"], spec["dir"])
     facts = gt.gather(sysfs_root=root, nvidia_smi_path="/usr/bin/nvidia-smi", runner=smi, nvml_loader=tf.no_nvml)
     # only the two documented invocations (and the optional p2p one) were made, with LC_ALL-free argv
@@ -50,8 +55,16 @@ def test_host_facts(host, source, tmp_path):
         for key, value in {**expect.get("all_gpus", {}), **want}.items():
             wanted = tf.cpus(value) if key == "cpu_affinity" else value
             assert got[key] == wanted, f"GPU {got['index']} {key}"
-    assert set(facts["gpus"][0]) == {"index", "uuid", "name", "pci_bus_id", "memory_total_mib",
-                                     "compute_capability", "numa_node", "cpu_affinity"}
+    assert set(facts["gpus"][0]) == {
+        "index",
+        "uuid",
+        "name",
+        "pci_bus_id",
+        "memory_total_mib",
+        "compute_capability",
+        "numa_node",
+        "cpu_affinity",
+    }
     assert facts["numa_nodes"] == [{"id": n["id"], "cpus": tf.cpus(n["cpus"])} for n in expect["numa_nodes"]]
     if "links" in expect:
         assert facts["links"] == (tf.link_matrix(expect["links"]) if expect["links"] else {})

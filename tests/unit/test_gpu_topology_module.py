@@ -33,8 +33,11 @@ sys.stdout.write(open(answers[args]).read())
 def host(tmp_path):
     smi = tmp_path / "bin" / "nvidia-smi"
     smi.parent.mkdir()
-    smi.write_text(FAKE_SMI.format(python=sys.executable, query=str(SANDBOX["dir"] / "query-gpu.csv"),
-                                   topo=str(SANDBOX["dir"] / "topo-m.txt")))
+    smi.write_text(
+        FAKE_SMI.format(
+            python=sys.executable, query=str(SANDBOX["dir"] / "query-gpu.csv"), topo=str(SANDBOX["dir"] / "topo-m.txt")
+        )
+    )
     smi.chmod(0o755)
     root = tf.write_sysfs(tmp_path / "root", SANDBOX["sysfs"])
     return {"smi": str(smi), "root": root}
@@ -49,8 +52,15 @@ def run_module(args, capsys):
 
 @pytest.mark.parametrize("check_mode", [False, True])
 def test_facts(host, capsys, check_mode):
-    rc, out = run_module({"nvidia_smi_path": host["smi"], "sysfs_root": host["root"], "source": "nvidia-smi",
-                          "_ansible_check_mode": check_mode}, capsys)
+    rc, out = run_module(
+        {
+            "nvidia_smi_path": host["smi"],
+            "sysfs_root": host["root"],
+            "source": "nvidia-smi",
+            "_ansible_check_mode": check_mode,
+        },
+        capsys,
+    )
     assert rc == 0 and out["changed"] is False
     facts = out["ansible_facts"]["gpu_topology"]
     assert len(facts["gpus"]) == 8 and facts["reason"] is None
@@ -72,12 +82,14 @@ def test_no_gpu_is_not_an_error(tmp_path, capsys, monkeypatch):
 
 def test_require_gpus_fails_with_the_reason(tmp_path, capsys):
     broken = tmp_path / "nvidia-smi"
-    broken.write_text("#!/bin/sh\n"
-                      "echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"\n"
-                      "exit 9\n")
+    broken.write_text(
+        '#!/bin/sh\necho "NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver."\nexit 9\n'
+    )
     broken.chmod(0o755)
-    rc, out = run_module({"nvidia_smi_path": str(broken), "source": "nvidia-smi", "require_gpus": True,
-                          "sysfs_root": str(tmp_path)}, capsys)
+    rc, out = run_module(
+        {"nvidia_smi_path": str(broken), "source": "nvidia-smi", "require_gpus": True, "sysfs_root": str(tmp_path)},
+        capsys,
+    )
     assert rc == 1 and out["failed"] is True
     assert "couldn't communicate with the NVIDIA driver" in out["msg"]
 
@@ -92,13 +104,37 @@ def test_through_ansible(host, tmp_path):
     ansible = Path(sys.executable).with_name("ansible")
     if not ansible.exists():
         pytest.skip("ansible is not installed beside this python")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"), LC_ALL="C.UTF-8")
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"),
+        LC_ALL="C.UTF-8",
+    )
     proc = subprocess.run(
-        [str(ansible), "localhost", "-i", "localhost,", "-c", "local", "--check", "-o",
-         "-e", f"ansible_python_interpreter={sys.executable}", "-m", "disagg.sglang.gpu_topology",
-         "-a", f"nvidia_smi_path={host['smi']} sysfs_root={host['root']}"],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=120, check=False)
+        [
+            str(ansible),
+            "localhost",
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "--check",
+            "-o",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-m",
+            "disagg.sglang.gpu_topology",
+            "-a",
+            f"nvidia_smi_path={host['smi']} sysfs_root={host['root']}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(proc.stdout.partition("=> ")[2])
     facts = result["ansible_facts"]["gpu_topology"]

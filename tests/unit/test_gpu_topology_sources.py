@@ -41,35 +41,50 @@ def test_no_driver(tmp_path):
     def broken(argv):
         return 9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", ""
 
-    facts = gt.gather(sysfs_root=sysfs(tmp_path), nvidia_smi_path="/usr/bin/nvidia-smi", runner=broken,
-                      nvml_loader=nvml(init="error: NVMLError_LibraryNotFound: NVML Shared Library Not Found"))
+    facts = gt.gather(
+        sysfs_root=sysfs(tmp_path),
+        nvidia_smi_path="/usr/bin/nvidia-smi",
+        runner=broken,
+        nvml_loader=nvml(init="error: NVMLError_LibraryNotFound: NVML Shared Library Not Found"),
+    )
     assert facts["gpus"] == []
     assert "NVML did not initialise (FakeNVMLError: error: NVMLError_LibraryNotFound" in facts["reason"]
-    assert "nvidia-smi --query-gpu failed (rc 9): NVIDIA-SMI has failed because it couldn't communicate" \
-        in facts["reason"]
+    assert (
+        "nvidia-smi --query-gpu failed (rc 9): NVIDIA-SMI has failed because it couldn't communicate" in facts["reason"]
+    )
 
 
 def test_no_gpu_on_a_host_with_a_driver(tmp_path):
-    facts = gt.gather(sysfs_root=sysfs(tmp_path), nvidia_smi_path="/usr/bin/nvidia-smi",
-                      runner=tf.FakeSmi(texts={"query": ""}), nvml_loader=nvml(count=0))
+    facts = gt.gather(
+        sysfs_root=sysfs(tmp_path),
+        nvidia_smi_path="/usr/bin/nvidia-smi",
+        runner=tf.FakeSmi(texts={"query": ""}),
+        nvml_loader=nvml(count=0),
+    )
     assert facts["gpus"] == []
     assert facts["reason"] == "no GPU found: nvml: NVML reports no GPU; nvidia-smi: nvidia-smi lists no GPU"
 
 
 def test_nvml_init_fails_falls_back_to_nvidia_smi(tmp_path):
     runner = smi()
-    facts = gt.gather(sysfs_root=sysfs(tmp_path), nvidia_smi_path="/usr/bin/nvidia-smi", runner=runner,
-                      nvml_loader=nvml(init="error: NVMLError_DriverNotLoaded: Driver Not Loaded"))
+    facts = gt.gather(
+        sysfs_root=sysfs(tmp_path),
+        nvidia_smi_path="/usr/bin/nvidia-smi",
+        runner=runner,
+        nvml_loader=nvml(init="error: NVMLError_DriverNotLoaded: Driver Not Loaded"),
+    )
     assert facts["sources"]["gpus"] == ["nvidia-smi"] and len(facts["gpus"]) == 8
-    assert facts["sources"]["skipped"] == ["nvml: NVML did not initialise (FakeNVMLError: error: "
-                                           "NVMLError_DriverNotLoaded: Driver Not Loaded)"]
+    assert facts["sources"]["skipped"] == [
+        "nvml: NVML did not initialise (FakeNVMLError: error: NVMLError_DriverNotLoaded: Driver Not Loaded)"
+    ]
     assert facts["reason"] is None and facts["warnings"] == []
 
 
 def test_nvml_preferred_and_nvidia_smi_not_run(tmp_path):
     runner = smi()
-    facts = gt.gather(sysfs_root=sysfs(tmp_path), nvidia_smi_path="/usr/bin/nvidia-smi", runner=runner,
-                      nvml_loader=nvml())
+    facts = gt.gather(
+        sysfs_root=sysfs(tmp_path), nvidia_smi_path="/usr/bin/nvidia-smi", runner=runner, nvml_loader=nvml()
+    )
     assert facts["sources"]["gpus"] == ["nvml"] and runner.calls == []
     assert facts["p2p"]["0"]["4"] == "TNS" and facts["p2p"]["0"]["1"] == "OK"
 
@@ -89,19 +104,23 @@ def test_nvml_shut_down_after_use(tmp_path):
 def test_only_query_and_topo_succeed(tmp_path):
     """The sandbox's fake nvidia-smi: every invocation but the two documented ones fails."""
     runner = smi()
-    facts = gt.gather(sysfs_root=sysfs(tmp_path), nvidia_smi_path="/usr/bin/nvidia-smi", runner=runner,
-                      nvml_loader=tf.no_nvml)
+    facts = gt.gather(
+        sysfs_root=sysfs(tmp_path), nvidia_smi_path="/usr/bin/nvidia-smi", runner=runner, nvml_loader=tf.no_nvml
+    )
     assert [c[1:] for c in runner.calls] == [gt.QUERY_ARGS, gt.TOPO_ARGS, gt.P2P_ARGS]
-    assert gt.QUERY_ARGS == ["--query-gpu=index,uuid,name,pci.bus_id,memory.total,compute_cap",
-                             "--format=csv,noheader,nounits"]
+    assert gt.QUERY_ARGS == [
+        "--query-gpu=index,uuid,name,pci.bus_id,memory.total,compute_cap",
+        "--format=csv,noheader,nounits",
+    ]
     assert len(facts["gpus"]) == 8 and facts["links"]["0"]["4"] == "SYS"
     assert facts["p2p"] == {} and facts["sources"]["p2p"] == [] and facts["warnings"] == []
 
 
 def test_topo_fails_query_works(tmp_path):
     runner = tf.FakeSmi(SANDBOX["outputs"], SANDBOX["dir"], fail={"topo"})
-    facts = gt.gather(sysfs_root=sysfs(tmp_path), nvidia_smi_path="/usr/bin/nvidia-smi", runner=runner,
-                      nvml_loader=tf.no_nvml)
+    facts = gt.gather(
+        sysfs_root=sysfs(tmp_path), nvidia_smi_path="/usr/bin/nvidia-smi", runner=runner, nvml_loader=tf.no_nvml
+    )
     assert len(facts["gpus"]) == 8 and facts["links"] == {}
     # locality still known from sysfs
     assert [g["numa_node"] for g in facts["gpus"]] == [0, 0, 0, 0, 1, 1, 1, 1]
@@ -112,26 +131,44 @@ def test_topo_fails_query_works(tmp_path):
 
 
 def test_source_nvml_only_without_pynvml(tmp_path):
-    facts = gt.gather(sysfs_root=sysfs(tmp_path), nvidia_smi_path="/usr/bin/nvidia-smi", runner=smi(),
-                      nvml_loader=tf.no_nvml, source="nvml")
+    facts = gt.gather(
+        sysfs_root=sysfs(tmp_path),
+        nvidia_smi_path="/usr/bin/nvidia-smi",
+        runner=smi(),
+        nvml_loader=tf.no_nvml,
+        source="nvml",
+    )
     assert facts["gpus"] == [] and "pynvml not importable" in facts["reason"]
 
 
 def test_numa_affinity_range_and_sysfs_minus_one(tmp_path):
     """VM: sysfs says -1 and topo -m gives a range: node unknown, locality by CPU affinity."""
-    topo = ("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \tPHB\t0-15\t0-1\t\tN/A\n"
-            "GPU1\tPHB\t X \t0-15\t0-1\t\tN/A\n")
+    topo = (
+        "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \tPHB\t0-15\t0-1\t\tN/A\n"
+        "GPU1\tPHB\t X \t0-15\t0-1\t\tN/A\n"
+    )
     query = "0, GPU-a, NVIDIA L40S, 00000000:00:05.0, 46068, 8.9\n1, GPU-b, NVIDIA L40S, 00000000:00:06.0, 46068, 8.9\n"
-    root = sysfs(tmp_path, {"sys/devices/system/node/node0/cpulist": "0-15",
-                            "sys/bus/pci/devices/0000:00:05.0/numa_node": "-1",
-                            "sys/bus/pci/devices/0000:00:06.0/numa_node": "-1"})
-    facts = gt.gather(sysfs_root=root, nvidia_smi_path="/x", runner=tf.FakeSmi(texts={"query": query, "topo": topo}),
-                      nvml_loader=tf.no_nvml)
+    root = sysfs(
+        tmp_path,
+        {
+            "sys/devices/system/node/node0/cpulist": "0-15",
+            "sys/bus/pci/devices/0000:00:05.0/numa_node": "-1",
+            "sys/bus/pci/devices/0000:00:06.0/numa_node": "-1",
+        },
+    )
+    facts = gt.gather(
+        sysfs_root=root,
+        nvidia_smi_path="/x",
+        runner=tf.FakeSmi(texts={"query": query, "topo": topo}),
+        nvml_loader=tf.no_nvml,
+    )
     assert [g["numa_node"] for g in facts["gpus"]] == [None, None]
     assert facts["gpus"][1]["cpu_affinity"] == list(range(16))
     assert facts["warnings"] == [
         f"GPU {i} (0000:00:0{5 + i}.0): NUMA node unknown (sysfs numa_node is -1 (common in VMs), "
-        "nvidia-smi topo -m gives nodes 0-1); locality falls back to its CPU affinity" for i in (0, 1)]
+        "nvidia-smi topo -m gives nodes 0-1); locality falls back to its CPU affinity"
+        for i in (0, 1)
+    ]
 
 
 def test_sysfs_and_tool_disagree(tmp_path):
@@ -140,26 +177,57 @@ def test_sysfs_and_tool_disagree(tmp_path):
     facts = gt.gather(sysfs_root=sysfs(tmp_path, mapping), nvidia_smi_path="/x", runner=smi(), nvml_loader=tf.no_nvml)
     assert facts["gpus"][0]["numa_node"] == 1
     assert facts["warnings"] == [
-        "GPU 0 (0000:17:00.0): sysfs numa_node is 1 but nvidia-smi topo -m says 0; using sysfs"]
+        "GPU 0 (0000:17:00.0): sysfs numa_node is 1 but nvidia-smi topo -m says 0; using sysfs"
+    ]
 
 
 def test_nvml_link_count_direct_and_through_switches():
     """Direct NVLinks count per peer; switch links give NV<min> when NVML reports NVLink P2P."""
-    gpu = {"uuid": "u", "name": "n", "memory_total": 1 << 30, "cuda_cc": [8, 0], "cpu_affinity": [255],
-           "memory_affinity": [1]}
-    data = {"gpus": [
-        {**gpu, "busId": "00000000:01:00.0", "nvlinks": [
-            {"link": 0, "state": 1, "remote_bus": "00000000:02:00.0", "remote_type": 0},
-            {"link": 1, "state": 1, "remote_bus": "00000000:02:00.0", "remote_type": 0},
-            {"link": 2, "state": 0}, {"link": 3, "state": "error: Not Supported"}]},
-        {**gpu, "busId": "00000000:02:00.0", "nvlinks": [
-            {"link": 0, "state": 1, "remote_bus": "00000000:01:00.0", "remote_type": 0},
-            {"link": 1, "state": 1, "remote_bus": "00000000:01:00.0", "remote_type": 0}]},
-        {**gpu, "busId": "00000000:03:00.0", "nvlinks": [
-            {"link": n, "state": 1, "remote_bus": "error: Unknown Error", "remote_type": 2} for n in range(4)]},
-        {**gpu, "busId": "00000000:04:00.0", "nvlinks": [
-            {"link": n, "state": 1, "remote_bus": "FFFFFFFF:FF:FF.0", "remote_type": 2} for n in range(6)]},
-    ], "pairs": {}}
+    gpu = {
+        "uuid": "u",
+        "name": "n",
+        "memory_total": 1 << 30,
+        "cuda_cc": [8, 0],
+        "cpu_affinity": [255],
+        "memory_affinity": [1],
+    }
+    data = {
+        "gpus": [
+            {
+                **gpu,
+                "busId": "00000000:01:00.0",
+                "nvlinks": [
+                    {"link": 0, "state": 1, "remote_bus": "00000000:02:00.0", "remote_type": 0},
+                    {"link": 1, "state": 1, "remote_bus": "00000000:02:00.0", "remote_type": 0},
+                    {"link": 2, "state": 0},
+                    {"link": 3, "state": "error: Not Supported"},
+                ],
+            },
+            {
+                **gpu,
+                "busId": "00000000:02:00.0",
+                "nvlinks": [
+                    {"link": 0, "state": 1, "remote_bus": "00000000:01:00.0", "remote_type": 0},
+                    {"link": 1, "state": 1, "remote_bus": "00000000:01:00.0", "remote_type": 0},
+                ],
+            },
+            {
+                **gpu,
+                "busId": "00000000:03:00.0",
+                "nvlinks": [
+                    {"link": n, "state": 1, "remote_bus": "error: Unknown Error", "remote_type": 2} for n in range(4)
+                ],
+            },
+            {
+                **gpu,
+                "busId": "00000000:04:00.0",
+                "nvlinks": [
+                    {"link": n, "state": 1, "remote_bus": "FFFFFFFF:FF:FF.0", "remote_type": 2} for n in range(6)
+                ],
+            },
+        ],
+        "pairs": {},
+    }
     for i in range(4):
         for j in range(4):
             nvlink_p2p = 0 if {i, j} == {2, 3} else 5

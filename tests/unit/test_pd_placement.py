@@ -21,10 +21,19 @@ def facts_of(host, tmp_path):
     spec = tf.load_host(host)
     root = tf.write_sysfs(tmp_path / "root", spec.get("sysfs"), spec["dir"])
     if spec.get("outputs"):
-        return gt.gather(sysfs_root=root, nvidia_smi_path="/usr/bin/nvidia-smi",
-                         runner=tf.FakeSmi(spec["outputs"], spec["dir"]), nvml_loader=tf.no_nvml)
-    return gt.gather(sysfs_root=root, nvidia_smi_path="/nonexistent", runner=tf.FakeSmi(),
-                     nvml_loader=tf.nvml_loader(spec["dir"], spec["nvml"]), source="nvml")
+        return gt.gather(
+            sysfs_root=root,
+            nvidia_smi_path="/usr/bin/nvidia-smi",
+            runner=tf.FakeSmi(spec["outputs"], spec["dir"]),
+            nvml_loader=tf.no_nvml,
+        )
+    return gt.gather(
+        sysfs_root=root,
+        nvidia_smi_path="/nonexistent",
+        runner=tf.FakeSmi(),
+        nvml_loader=tf.nvml_loader(spec["dir"], spec["nvml"]),
+        source="nvml",
+    )
 
 
 @pytest.mark.parametrize(("host", "case"), CASES)
@@ -70,15 +79,18 @@ def test_no_gpu_host_fails_with_reason():
         pd_placement(facts, [{"name": "prefill0", "tp": 1}])
 
 
-@pytest.mark.parametrize(("bad", "message"), [
-    (None, "needs a non-empty list"),
-    ([], "needs a non-empty list"),
-    (["prefill0"], "needs a name"),
-    ([{"name": "a", "tp": 1}, {"name": "a", "tp": 1}], "used twice"),
-    ([{"name": "a", "tp": 0}], "at least 1"),
-    ([{"name": "a", "tp": "four"}], "not a number"),
-    ([{"name": "a", "gpus": [0, 0]}], "names a GPU twice"),
-])
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (None, "needs a non-empty list"),
+        ([], "needs a non-empty list"),
+        (["prefill0"], "needs a name"),
+        ([{"name": "a", "tp": 1}, {"name": "a", "tp": 1}], "used twice"),
+        ([{"name": "a", "tp": 0}], "at least 1"),
+        ([{"name": "a", "tp": "four"}], "not a number"),
+        ([{"name": "a", "gpus": [0, 0]}], "names a GPU twice"),
+    ],
+)
 def test_bad_requests(bad, message, tmp_path):
     facts = facts_of("rtxpro6000-8x", tmp_path)
     with pytest.raises(AnsibleFilterError, match=message):
@@ -90,10 +102,15 @@ def test_not_facts():
         pd_placement({"nothing": 1}, [{"name": "a", "tp": 1}])
 
 
-@pytest.mark.parametrize(("codes", "order"), [
-    (["SYS", "NV4", "PIX", "NODE", "NV18", "PHB", "PXB", "??"],
-     ["NV18", "NV4", "PIX", "PXB", "PHB", "NODE", "SYS", "??"]),
-])
+@pytest.mark.parametrize(
+    ("codes", "order"),
+    [
+        (
+            ["SYS", "NV4", "PIX", "NODE", "NV18", "PHB", "PXB", "??"],
+            ["NV18", "NV4", "PIX", "PXB", "PHB", "NODE", "SYS", "??"],
+        ),
+    ],
+)
 def test_link_order(codes, order):
     assert sorted(codes, key=pp.link_rank) == order
 
@@ -107,8 +124,10 @@ def synthetic(nodes, per_node, link_in="NV18", link_across="NV18"):
         for k in range(per_node):
             gpus.append({"index": n * per_node + k, "numa_node": n, "cpu_affinity": cpus})
     node = {g["index"]: g["numa_node"] for g in gpus}
-    links = {str(i): {str(j): "X" if i == j else (link_in if node[i] == node[j] else link_across) for j in node}
-             for i in node}
+    links = {
+        str(i): {str(j): "X" if i == j else (link_in if node[i] == node[j] else link_across) for j in node}
+        for i in node
+    }
     return {"gpus": gpus, "numa_nodes": numa_nodes, "links": links, "p2p": {}, "warnings": [], "reason": None}
 
 

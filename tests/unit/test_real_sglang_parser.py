@@ -43,7 +43,6 @@ EXTRA_ARGVS = {
 }
 
 
-
 @pytest.fixture(scope="module")
 def parsed(real_python):
     argvs = dict(EXTRA_ARGVS)

@@ -19,10 +19,20 @@ MODULE = json.loads((HOST["dir"] / HOST["module"]).read_text())
 def replay(source, tmp_path):
     root = tf.write_sysfs(tmp_path / "root", HOST["sysfs"], HOST["dir"])
     if source == "nvml":
-        return gt.gather(sysfs_root=root, nvidia_smi_path="/nonexistent", runner=tf.FakeSmi(),
-                         nvml_loader=tf.nvml_loader(HOST["dir"], HOST["nvml"]), source="nvml")
-    return gt.gather(sysfs_root=root, nvidia_smi_path="/usr/local/nvidia/bin/nvidia-smi",
-                     runner=tf.FakeSmi(HOST["outputs"], HOST["dir"]), nvml_loader=tf.no_nvml, source="nvidia-smi")
+        return gt.gather(
+            sysfs_root=root,
+            nvidia_smi_path="/nonexistent",
+            runner=tf.FakeSmi(),
+            nvml_loader=tf.nvml_loader(HOST["dir"], HOST["nvml"]),
+            source="nvml",
+        )
+    return gt.gather(
+        sysfs_root=root,
+        nvidia_smi_path="/usr/local/nvidia/bin/nvidia-smi",
+        runner=tf.FakeSmi(HOST["outputs"], HOST["dir"]),
+        nvml_loader=tf.no_nvml,
+        source="nvidia-smi",
+    )
 
 
 @pytest.mark.parametrize("source", ["nvml", "nvidia-smi"])
@@ -51,9 +61,12 @@ def test_replay_matches_device_run(source, tmp_path):
 
 def test_module_on_device():
     """The module itself ran there (ad-hoc, each source, and check mode): same facts, nothing changed."""
-    runs = {tuple(r["argv"][r["argv"].index("-a") + 1:]): r for r in MODULE["runs"]}
-    for args, source in ((("source=nvml",), "nvml"), (("source=nvidia-smi",), "nvidia-smi"),
-                         (("source=auto", "--check"), "nvml")):
+    runs = {tuple(r["argv"][r["argv"].index("-a") + 1 :]): r for r in MODULE["runs"]}
+    for args, source in (
+        (("source=nvml",), "nvml"),
+        (("source=nvidia-smi",), "nvidia-smi"),
+        (("source=auto", "--check"), "nvml"),
+    ):
         run = runs[args]
         assert run["rc"] == 0 and run["result"]["changed"] is False
         assert run["result"]["ansible_facts"]["gpu_topology"] == RECORDED["timings"][source]["facts"]

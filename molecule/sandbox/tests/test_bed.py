@@ -59,8 +59,11 @@ def test_generate_through_the_router_in_pd_mode(host):
             pytest.fail("router /readiness did not answer 200 within 60 s")
         time.sleep(0.5)
     body = json.dumps({"text": "Hello from the bed", "sampling_params": {"max_new_tokens": 8}})
-    result = curl(host, "-X POST http://127.0.0.1:8000/generate -H 'Content-Type: application/json'",
-                  f"-d '{body}' -w '\\n%{{http_code}}'")
+    result = curl(
+        host,
+        "-X POST http://127.0.0.1:8000/generate -H 'Content-Type: application/json'",
+        f"-d '{body}' -w '\\n%{{http_code}}'",
+    )
     payload, _, code = result.stdout.rpartition("\n")
     assert code == "200", result.stdout + result.stderr
     answer = json.loads(payload)
