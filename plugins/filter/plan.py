@@ -33,7 +33,8 @@ def profile_file(name, inventory_dir, shipped_dir):
     for path in candidates:
         if os.path.isfile(path):
             return {"path": path, "problems": []}
-    shipped = sorted(f[:-4] for f in os.listdir(shipped_dir) if f.endswith(".yml")) if os.path.isdir(shipped_dir) else []
+    names = os.listdir(shipped_dir) if os.path.isdir(shipped_dir) else []
+    shipped = sorted(f[:-4] for f in names if f.endswith(".yml"))
     return {
         "path": None,
         "problems": [

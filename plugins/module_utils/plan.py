@@ -12,9 +12,8 @@ Planned once per run, in the preflight play (roles/sglang_internal/tasks/plan.ym
 Apply (units.yml, wait.yml, the router's smoke request) reads these specs and derives nothing again.
 """
 
-from ansible_collections.disagg.sglang.plugins.module_utils import rules
+from ansible_collections.disagg.sglang.plugins.module_utils import rules, units
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
-from ansible_collections.disagg.sglang.plugins.module_utils import units
 from ansible_collections.disagg.sglang.plugins.module_utils.pd_placement import PlacementError, place
 
 WORKER_ROLES = sf.WORKER_ROLES

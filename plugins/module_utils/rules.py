@@ -334,8 +334,7 @@ def router_problems(host, prefills, decodes, ports, local_worker_ports):
     numbers = [int(v) for v in ports.values() if port_ok(v)]
     if bad or len(set(numbers)) != len(numbers):
         problems.append(
-            " and ".join(f"{var} ({value})" for var, value in ports.items())
-            + " must be distinct ports in 1-65535"
+            " and ".join(f"{var} ({value})" for var, value in ports.items()) + " must be distinct ports in 1-65535"
         )
     if any(port_ok(value) and int(value) in local_worker_ports for value in ports.values()):
         problems.append(

@@ -54,6 +54,7 @@ def host_vars(inventory="inventories/sandbox", host="pytest-badinv-1", groups=GR
     templar = Templar(loader=loader, variables=variables)
 
     def resolve(name):
-        return templar.template(trust_as_template(variables[name]) if isinstance(variables[name], str) else variables[name])
+        value = variables[name]
+        return templar.template(trust_as_template(value) if isinstance(value, str) else value)
 
     return templar, variables, resolve

@@ -33,7 +33,7 @@ def topology(tmp_path_factory):
 
 def preflight(topology, groups=GROUPS, extra=None, host_extra=None, inventory="inventories/sandbox"):
     """The messages of the first preflight stage that fails, as roles/*/tasks/plan.yml compute them; [] if none."""
-    _, variables, v = host_vars(inventory=inventory, groups=groups, extra=extra, host_extra=host_extra)
+    _, _, v = host_vars(inventory=inventory, groups=groups, extra=extra, host_extra=host_extra)
     stages = []
     stages.append(lambda: F["deps_problems"](v("sglang_deps_packages"), v("sglang_deps_packages_nodeps"),
                                              v("sglang_deps_wheelhouse")))  # fmt: skip

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.module_utils import rules, units
+from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from samples import INSTANCES
 from samples import SETTINGS as SAMPLE_SETTINGS
 
@@ -335,7 +335,8 @@ def test_the_router_api_key_reaches_the_process_through_its_environment_only():
     ("service", ["PrivateDevices", "MemoryDenyWriteExecute", "PrivateUsers"], ["DevicePolicy", "LimitMEMLOCK"]),
 ])  # fmt: skip
 def test_hardening_by_kind(kind, present, absent):
-    keys = [key for key, _ in units.hardening(kind, {"state_dir": "/var/lib/sglang", "device_allow": ["char-nvidia rw"]})]
+    settings = {"state_dir": "/var/lib/sglang", "device_allow": ["char-nvidia rw"]}
+    keys = [key for key, _ in units.hardening(kind, settings)]
     assert {"NoNewPrivileges", "ProtectSystem", "ReadWritePaths", "ProtectHome"} <= set(keys)
     assert set(present) <= set(keys)
     assert not set(absent) & set(keys)
