@@ -31,8 +31,11 @@ def topology(tmp_path_factory):
     )
 
 
-def preflight(topology, groups=GROUPS, extra=None, host_extra=None, inventory="inventories/sandbox"):
-    """The messages of the first preflight stage that fails, as roles/*/tasks/plan.yml compute them; [] if none."""
+def preflight(
+    topology, *, groups=GROUPS, extra=None, host_extra=None, inventory="inventories/sandbox", with_units=False
+):
+    """The messages of the first preflight stage that fails, as roles/*/tasks/plan.yml compute them; [] if none.
+    with_units: also the planned specs (the workers', then the router's)."""
     _, _, v = host_vars(inventory=inventory, groups=groups, extra=extra, host_extra=host_extra)
     stages = []
     stages.append(lambda: F["deps_problems"](v("sglang_deps_packages"), v("sglang_deps_packages_nodeps"),
@@ -70,11 +73,14 @@ def preflight(topology, groups=GROUPS, extra=None, host_extra=None, inventory="i
                 "sglang_router_prometheus_port": v("sglang_router_prometheus_port"),
             },
         }
-        stages.append(lambda: F["router_plan"](plan["units"], router_inputs)["problems"])
+        router = F["router_plan"](plan["units"], router_inputs)
+        stages.append(lambda: router["problems"])
     for stage in stages:
         messages = stage()
         if messages:
-            return messages
+            return (messages, []) if with_units else messages
+    if with_units:
+        return [], plan["units"] + ([router["unit"]] if "router" in groups else [])
     return []
 
 
