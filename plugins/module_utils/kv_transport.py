@@ -27,7 +27,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils import kv_probe_work
 RESULT_MARKER = "KVPROBE_RESULT "
 # UCX prefixes log lines with "[time] [host:pid:thread]"; the table starts at its first '|' or '+'.
 _TABLE_LINE_RE = re.compile(r"^[^|+]*?(?=[|+])")
-_RANGE_RE = re.compile(r"^\d+(?:\.\d+)?[KMGT]?\.\.(?:\d+(?:\.\d+)?[KMGT]?|inf)$")
+_RANGE_RE = re.compile(r"^\d+(?:\.\d+)?[KMGT]?(?:\.\.(?:\d+(?:\.\d+)?[KMGT]?|inf))?$")
 _GPU_PUT_RE = re.compile(r"remote memory write by ucp_put\*.*\bfrom cuda\S*.*\bto cuda", re.IGNORECASE)
 
 CAUSES = {
@@ -49,45 +49,65 @@ CAUSES = {
 }
 
 
+_PREFIX_KEY_RE = re.compile(r"\[([^\]\[]*:\s*\d+\s*:\s*\d+)\]")
+
+
 def _cells(line):
+    """(key of the printing process, cells) of a table line; cells is 'sep' for a +---+ line; None if no table."""
     m = _TABLE_LINE_RE.match(line)
     if m is None:
-        return None
+        return None, None
+    prefix = line[: m.end()]
+    key_match = _PREFIX_KEY_RE.search(prefix)
+    key = re.sub(r"\s+", "", key_match.group(1)) if key_match else prefix.strip()
     body = line[m.end() :].rstrip()
     if body.startswith("+"):
-        return "sep"
+        return key, "sep"
     if not body.startswith("|"):
-        return None
-    parts = [c.strip() for c in body.strip("|").split("|")]
-    return parts
+        return key, None
+    return key, [c.strip() for c in body.strip("|").split("|")]
 
 
 def parse_proto_tables(text):
-    """Every UCX_PROTO_INFO table in text: [{context, operation, rows: [{range, protocol, lane}]}].
+    """Every UCX_PROTO_INFO table in text: [{context, operation, process, rows: [{range, protocol, lane}]}].
 
-    A table is a header row `| <context> cfg#N | <operation> |` and rows `| <range> | <protocol> | <lane> |`;
-    a row with an empty range continues the previous one (long descriptions wrap).
+    UCX 1.2x (in nixl 1.5.1) prints a table as `| <context> cfg#N |`, `| <operation> |`, a
+    `| Range | Description | Config |` header, then `| <range> | <protocol> | <lane> |` rows; older UCX puts
+    context and operation in one row. A row with an empty range continues the one before (long lines wrap).
+    Lines carry UCX's `[time] [host:pid:thread]` prefix; two processes printing at once interleave, so a
+    table is followed per printing process.
     """
     tables = []
-    current = None
+    current = {}
     for line in (text or "").splitlines():
-        cells = _cells(line)
+        key, cells = _cells(line)
         if cells is None or cells == "sep":
             continue
-        if len(cells) == 2 and " by " in cells[1] and not _RANGE_RE.match(cells[0]):
-            current = {"context": cells[0], "operation": cells[1], "rows": []}
-            tables.append(current)
+        table = current.get(key)
+        if len(cells) == 1:
+            cell = cells[0]
+            if "cfg#" in cell:
+                table = {"context": cell, "operation": None, "process": key, "rows": []}
+                current[key] = table
+                tables.append(table)
+            elif table is not None and table["operation"] is None and " by " in cell:
+                table["operation"] = cell
             continue
-        if current is None or len(cells) < 3:
+        if len(cells) == 2 and "cfg#" in cells[0] and " by " in cells[1]:
+            table = {"context": cells[0], "operation": cells[1], "process": key, "rows": []}
+            current[key] = table
+            tables.append(table)
+            continue
+        if table is None or len(cells) < 3:
             continue
         rng, lane, protocol = cells[0], cells[-1], " | ".join(cells[1:-1])
         if _RANGE_RE.match(rng):
-            current["rows"].append({"range": rng, "protocol": protocol, "lane": lane})
-        elif not rng and current["rows"]:
-            last = current["rows"][-1]
+            table["rows"].append({"range": rng, "protocol": protocol, "lane": lane})
+        elif not rng and table["rows"]:
+            last = table["rows"][-1]
             last["protocol"] = " ".join(p for p in (last["protocol"], protocol) if p)
             last["lane"] = " ".join(p for p in (last["lane"], lane) if p)
-    return tables
+    return [t for t in tables if t["operation"]]
 
 
 def put_lane(tables):
@@ -188,6 +208,7 @@ def decide(text, min_gbps, src=None, dst=None, env=None):
         "bytes_verified": target.get("bytes_verified"),
         "seconds": init.get("seconds"),
         "allocator": init.get("allocator"),
+        "notified": target.get("notified"),
         "message": "",
     }
     pair = f"GPU {src} -> GPU {dst}"
@@ -195,7 +216,8 @@ def decide(text, min_gbps, src=None, dst=None, env=None):
         out["message"] = f"KV transport probe {pair}: no result line from the probe (output tail: {_tail(text)})"
         return out
     if not result.get("ok"):
-        out["message"] = f"KV transport probe {pair} failed: {result.get('error', 'unknown error')}"
+        seen = f" (lane {lane['lane']}, {out['gbps']} GB/s)" if lane and speed is not None else ""
+        out["message"] = f"KV transport probe {pair} failed{seen}: {result.get('error', 'unknown error')}"
         return out
     size = f"{nbytes / 2**20:g} MiB"
     speed_text = f"{out['gbps']} GB/s" if speed is not None else "no timing"
@@ -219,6 +241,8 @@ def decide(text, min_gbps, src=None, dst=None, env=None):
         return out
     out["ok"] = True
     out["message"] = f"{said}, {nbytes} bytes verified"
+    if target.get("notified") is False:
+        out["message"] += " (the last write's NIXL notification did not arrive within 10 s)"
     return out
 
 
@@ -232,7 +256,7 @@ def worker_source():
     return inspect.getsource(kv_probe_worker)
 
 
-def probe_args(src, dst, mib=1024, iters=3, timeout=120):
+def probe_args(src, dst, mib=1024, iters=3, timeout=60):
     return ["--src", str(src), "--dst", str(dst), "--mib", str(mib), "--iters", str(iters), "--timeout", str(timeout)]
 
 
