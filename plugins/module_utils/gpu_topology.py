@@ -18,7 +18,7 @@ imports (`gpu_topology.format_cpulist`, `gpu_topology.parse_p2p`, ...) keep work
 Sources, best first (each optional):
   1. NVML through pynvml (package nvidia-ml-py), when it imports and initialises;
   2. `nvidia-smi --query-gpu=index,uuid,name,pci.bus_id,memory.total,compute_cap
-     --format=csv,noheader,nounits` and `nvidia-smi topo -m` (`topo -p2p r` is tried, not needed);
+     --format=csv,noheader,nounits` and `nvidia-smi topo -m` (`topo -p2p r` and `-p2p w` are tried, not needed);
   3. sysfs, always: <root>/sys/devices/system/node/node*/cpulist and, per GPU,
      <root>/sys/bus/pci/devices/<0000:bb:dd.f>/numa_node and local_cpulist.
 
@@ -53,6 +53,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_parse i
 from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_smi import (  # noqa: F401 (re-exported)
     NVIDIA_SMI_DIRS,
     P2P_ARGS,
+    P2P_WRITE_ARGS,
     QUERY_ARGS,
     QUERY_ARGS_NO_CC,
     QUERY_FIELDS,
@@ -82,16 +83,37 @@ def _keyed(matrix, indices):
     return out
 
 
+def pair_status(read, write, indices):
+    """{'i-j': {read, write}} for every ordered pair of distinct GPUs that either matrix knows.
+
+    'i-j' is GPU i reaching GPU j's memory (NVML's nvmlDeviceGetP2PStatus(i, j, ...), row i of
+    `nvidia-smi topo -p2p r|w`): for a KV WRITE from prefill GPU p to decode GPU d, read 'p-d'.
+    A status the source did not give is null.
+    """
+    out = {}
+    for i in indices:
+        for j in indices:
+            if i == j:
+                continue
+            r = (read.get(i) or {}).get(j)
+            w = (write.get(i) or {}).get(j)
+            if r is not None or w is not None:
+                out[f"{i}-{j}"] = {"read": r, "write": w}
+    return out
+
+
 def empty_facts(reason, numa_nodes=None, skipped=None, warnings=None):
     return {
         "gpus": [],
         "numa_nodes": numa_nodes or [],
         "links": {},
         "p2p": {},
+        "p2p_pairs": {},
         "sources": {
             "gpus": [],
             "links": [],
             "p2p": [],
+            "p2p_pairs": [],
             "numa_node": [],
             "cpu_affinity": [],
             "numa_nodes": ["sysfs"] if numa_nodes else [],
@@ -103,7 +125,7 @@ def empty_facts(reason, numa_nodes=None, skipped=None, warnings=None):
 
 
 def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_pynvml, source="auto"):
-    """The facts: {gpus, numa_nodes, links, p2p, sources, warnings, reason}. Never raises for a
+    """The facts: {gpus, numa_nodes, links, p2p, p2p_pairs, sources, warnings, reason}. Never raises for a
     host without GPU or driver: zero GPUs and `reason` say so.
 
     source: 'auto' (NVML, else nvidia-smi), 'nvml' or 'nvidia-smi' (only that one).
@@ -223,6 +245,7 @@ def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_p
     indices = [g["index"] for g in gpus]
     links = _keyed(data["links"], indices)
     p2p = _keyed(data["p2p"], indices)
+    p2p_pairs = pair_status(data["p2p"], data.get("p2p_write") or {}, indices)
     if len(indices) > 1 and not links:
         warnings.append("GPU-to-GPU links unknown: placement cannot prefer tighter links")
     order = ["sysfs", "nvml", "nvidia-smi"]
@@ -231,10 +254,12 @@ def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_p
         "numa_nodes": numa_nodes,
         "links": links,
         "p2p": p2p,
+        "p2p_pairs": p2p_pairs,
         "sources": {
             "gpus": [src],
             "links": [src] if links else [],
             "p2p": [src] if p2p else [],
+            "p2p_pairs": [src] if p2p_pairs else [],
             "numa_node": [s for s in order if s in numa_src],
             "cpu_affinity": [s for s in order if s in cpu_src],
             "numa_nodes": nodes_src,

@@ -116,13 +116,14 @@ def collect_nvml(nvml, n_cpus=64, n_nodes=64):
                 else:
                     switch[i] += 1
 
-        links, p2p = {}, {}
+        links, p2p, p2p_write = {}, {}, {}
         for i, hi in enumerate(handles):
-            links[i], p2p[i] = {}, {}
+            links[i], p2p[i], p2p_write[i] = {}, {}, {}
             for j, hj in enumerate(handles):
                 if i == j:
                     links[i][j] = "X"
                     p2p[i][j] = "X"
+                    p2p_write[i][j] = "X"
                     continue
                 nv = direct[i].get(j) or direct[j].get(i) or 0
                 if not nv and switch[i] and switch[j]:
@@ -143,11 +144,17 @@ def collect_nvml(nvml, n_cpus=64, n_nodes=64):
                     p2p[i][j] = NVML_P2P.get(int(nvml.nvmlDeviceGetP2PStatus(hi, hj, 0)), "U")  # READ
                 except Exception:
                     p2p[i][j] = None
+                try:
+                    p2p_write[i][j] = NVML_P2P.get(int(nvml.nvmlDeviceGetP2PStatus(hi, hj, 1)), "U")  # WRITE
+                except Exception:
+                    p2p_write[i][j] = None
         if any(v is None for row in links.values() for v in row.values()):
             links = {i: {j: v for j, v in row.items() if v is not None} for i, row in links.items()}
         if any(v is None for row in p2p.values() for v in row.values()):
             p2p = {}
-        return {"gpus": gpus, "links": links, "p2p": p2p, "warnings": []}
+        if any(v is None for row in p2p_write.values() for v in row.values()):
+            p2p_write = {}
+        return {"gpus": gpus, "links": links, "p2p": p2p, "p2p_write": p2p_write, "warnings": []}
     except NoGpu:
         raise
     except Exception as exc:

@@ -21,6 +21,7 @@ QUERY_ARGS = ["--query-gpu=" + QUERY_FIELDS, "--format=csv,noheader,nounits"]
 QUERY_ARGS_NO_CC = ["--query-gpu=" + QUERY_FIELDS.rsplit(",", 1)[0], "--format=csv,noheader,nounits"]
 TOPO_ARGS = ["topo", "-m"]
 P2P_ARGS = ["topo", "-p2p", "r"]
+P2P_WRITE_ARGS = ["topo", "-p2p", "w"]
 
 # Where drivers put nvidia-smi when it is not on PATH (containers mount /usr/local/nvidia).
 NVIDIA_SMI_DIRS = ["/usr/bin", "/usr/local/bin", "/usr/local/nvidia/bin", "/usr/lib/wsl/lib"]
@@ -57,7 +58,7 @@ def _first_line(*texts):
 
 
 def collect_nvidia_smi(runner, nvidia_smi):
-    """Ask nvidia-smi (query csv + topo -m, topo -p2p r if it answers) or raise NoGpu."""
+    """Ask nvidia-smi (query csv + topo -m; topo -p2p r and w when they answer) or raise NoGpu."""
     warnings = []
     rc, out, err = runner([nvidia_smi, *QUERY_ARGS])
     if rc != 0 and "compute_cap" in (out + err):
@@ -93,8 +94,18 @@ def collect_nvidia_smi(runner, nvidia_smi):
     else:
         warnings.append(f"nvidia-smi topo -m failed (rc {rc}: {_first_line(out, err)}): GPU links unknown")
 
-    p2p = {}
+    p2p, p2p_write = {}, {}
     rc, out, err = runner([nvidia_smi, *P2P_ARGS])
     if rc == 0:
         p2p = parse_p2p(out)
-    return {"gpus": gpus, "links": links, "p2p": p2p, "warnings": warnings, "matrix": matrix_ok}
+    rc, out, err = runner([nvidia_smi, *P2P_WRITE_ARGS])
+    if rc == 0:
+        p2p_write = parse_p2p(out)
+    return {
+        "gpus": gpus,
+        "links": links,
+        "p2p": p2p,
+        "p2p_write": p2p_write,
+        "warnings": warnings,
+        "matrix": matrix_ok,
+    }
