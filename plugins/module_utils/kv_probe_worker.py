@@ -78,7 +78,10 @@ def _agent(name):
 
 
 def _child(role, gpu, nbytes, iters, conn):
-    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    # GPUs are named by their host index (nvidia-smi's, PCI bus order): a worker's CUDA_VISIBLE_DEVICES,
+    # passed along with the rest of its environment, would renumber them.
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     try:
         keep, ptr, allocator, verify = _alloc(gpu, nbytes, fill=(role == "initiator"))
         agent = _agent(role)

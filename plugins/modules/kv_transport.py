@@ -75,7 +75,8 @@ options:
   env:
     description:
       - Environment of the probe processes; give the workers' environment (their C(UCX_*) and
-        C(PYTORCH_CUDA_ALLOC_CONF) settings decide the lane). C(UCX_PROTO_INFO=y) is always set.
+        C(PYTORCH_CUDA_ALLOC_CONF) settings decide the lane). C(UCX_PROTO_INFO=y) is always set;
+        C(CUDA_VISIBLE_DEVICES) is dropped in the probe (GPUs are named by host index, C(CUDA_DEVICE_ORDER=PCI_BUS_ID)).
     type: dict
     default: {}
   properties:
