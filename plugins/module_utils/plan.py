@@ -12,7 +12,7 @@ Planned once per run, in the preflight play (roles/sglang_internal/tasks/plan.ym
 Apply (units.yml, wait.yml, the router's smoke request) reads these specs and derives nothing again.
 """
 
-from ansible_collections.disagg.sglang.plugins.module_utils import rules, units
+from ansible_collections.disagg.sglang.plugins.module_utils import kv_rules, rules, units
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.module_utils.pd_placement import PlacementError, place
 
@@ -71,7 +71,9 @@ def host_plan(inputs):
                  start_limit_interval, health_timeout, health_poll, stop_timeout),
       secrets:   {variable: value} (only checked, never put into a spec),
     }
-    Returns {units: [spec], placement: [slot], problems: [message]}; units is empty when problems is not.
+      kv_p2p_policy: sglang_kv_p2p_policy (fail | warn | off),
+    Returns {units: [spec], placement: [slot], problems: [message], warnings: [message]}; units is empty when
+    problems is not.
     """
     host = inputs["host"]
     problems = settings_problems(inputs)
@@ -92,7 +94,7 @@ def host_plan(inputs):
     if roles:
         problems += rules.host_port_problems(host, all_instances)
     if problems or not roles:
-        return {"units": [], "placement": [], "problems": problems}
+        return {"units": [], "placement": [], "problems": problems, "warnings": []}
 
     try:
         placement = place(inputs["topology"], all_instances, strict=bool(inputs.get("strict")))
@@ -107,6 +109,7 @@ def host_plan(inputs):
                 f"explicit gpus that exist, do not overlap and match tp){fix if inputs.get('strict') else ''}. "
                 f"The host has {n_gpus} GPUs"
             ],
+            "warnings": [],
         }
 
     specs = []
@@ -120,7 +123,26 @@ def host_plan(inputs):
     limits = profile.get("limits") if isinstance(profile, dict) else None
     for spec in specs:
         problems += rules.flag_value_problems(spec, profile_name, limits)
-    return {"units": [] if problems else specs, "placement": placement, "problems": problems}
+        problems += [m for m in kv_rules.transport_env_problems(spec["flags"], spec["env"], spec["role"])
+                     if m not in problems]  # fmt: skip
+    warnings, p2p = kv_p2p_findings(inputs, specs)
+    problems += p2p
+    return {"units": [] if problems else specs, "placement": placement, "problems": problems, "warnings": warnings}
+
+
+def kv_p2p_findings(inputs, specs):
+    """(warnings, problems) of the prefill -> decode GPU pairs of one host that cannot write peer-to-peer, as
+    sglang_kv_p2p_policy says: fail (problems, the default), warn (warnings) or off."""
+    policy = inputs.get("kv_p2p_policy", "fail")
+    policy_problems = kv_rules.p2p_policy_problems(policy)
+    if policy_problems:
+        return [], policy_problems
+    prefill = sorted({g for s in specs if s["role"] == "prefill" for g in s["gpus"]})
+    decode = sorted({g for s in specs if s["role"] == "decode" for g in s["gpus"]})
+    if policy == "off" or not prefill or not decode:
+        return [], []
+    found = kv_rules.p2p_problems((inputs.get("topology") or {}).get("p2p_pairs"), prefill, decode, inputs["host"])
+    return (found, []) if policy == "warn" else ([], found)
 
 
 def pd_problems(worker_specs):

@@ -52,6 +52,7 @@ def preflight(
             "secrets": v("_sglang_secrets"),
             "topology": topology if worker_roles else None,
             "strict": v("sglang_topology_strict"),
+            "kv_p2p_policy": v("sglang_kv_p2p_policy"),
             "profile": profile,
             "profile_name": found["path"] or v("sglang_profile"),
         }
