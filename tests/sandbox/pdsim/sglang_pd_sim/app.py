@@ -55,6 +55,27 @@ def _loader(state: SimState) -> None:
     log.info("The server is fired up and ready to roll! (%.2fs after start)", time.time() - state.started)
 
 
+def _drain(state: SimState) -> None:
+    """sglang/srt/managers/tokenizer_manager.py `sigterm_watchdog` (0.5.23): once SIGTERM set gracefully_exit,
+    poll the in-flight requests (every 5 s there; SGLANG_SIM_DRAIN_POLL here) until none is left, then exit 0.
+    No time limit, as there (the service manager's stop timeout is the limit); SGL_FORCE_SHUTDOWN=1|true
+    skips the wait. SIGINT still stops at once."""
+    force = os.environ.get("SGL_FORCE_SHUTDOWN", "").strip().lower() in ("1", "true")
+    last = None
+    while not state.stop.is_set():
+        if force:
+            log.error("Signal SIGTERM received while force shutdown flag set. Force exiting.")
+            return
+        with state.lock:
+            remaining = state.inflight
+        if remaining != last:
+            log.info("Gracefully exiting... Remaining number of requests %d.", remaining)
+            last = remaining
+        if remaining == 0:
+            return
+        state.stop.wait(state.knobs.drain_poll)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     knobs = load_knobs()
@@ -79,12 +100,20 @@ def main(argv: list[str] | None = None) -> int:
             srv.server_close()
         return 1
 
-    def on_signal(signum, _frame):
+    def on_sigterm(signum, _frame):
+        if state.draining.is_set():
+            log.info("Received SIGTERM again; still draining")
+            return
+        # sglang/srt/managers/tokenizer_manager.py SignalHandler.sigterm_handler: set gracefully_exit
+        log.warning("Received SIGTERM: draining requests and shutting down...")
+        state.draining.set()
+
+    def on_sigint(signum, _frame):
         log.info("Received %s, shutting down", signal.Signals(signum).name)
         state.stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, on_sigint)
 
     for srv in servers:
         threading.Thread(
@@ -99,8 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     threading.Thread(target=_loader, args=(state,), name="loader", daemon=True).start()
 
-    while not state.stop.wait(0.5):
-        pass
+    while not state.stop.wait(min(0.5, knobs.drain_poll)):
+        if state.draining.is_set():
+            _drain(state)
+            break
+    state.stop.set()  # ends long polls and simulated waits
     for srv in servers:
         srv.shutdown()
         srv.server_close()

@@ -6,12 +6,14 @@ and answers with its first token (as SGLang's prefill does); a decode first wait
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
 import uuid
 
+from sglang_pd_sim.engine import kv_transfer
 from sglang_pd_sim.handoff import HandoffError, HandoffMixin
 from sglang_pd_sim.httpbase import ClientGone
 from sglang_pd_sim.state import as_room
@@ -67,36 +69,65 @@ class GenerationMixin(HandoffMixin):
             self.error(kind, 400, f"Disaggregated request received without bootstrap room id. rid={self._rid}")
             return
 
+        batch = self.is_batch(kind, prompt)
+        prompts = prompt if batch else [prompt]
+        input_tokens = sum(count_prompt_tokens(p) for p in prompts)
         with st.lock:
             st.inflight += 1
         t0 = time.time()
+        held = 0  # null mode: KV tokens its prefill left in the pool for the decode steps
         try:
-            if st.role == "prefill":
-                for r in rooms:
-                    st.kv_seen(as_room(r), self._rid)
-                if st.knobs.prefill_latency:
-                    time.sleep(st.knobs.prefill_latency)
-                if not st.knobs.handoff_drop:
+            if st.role in ("prefill", "null"):
+                if st.role == "prefill":
                     for r in rooms:
-                        st.kv_done(as_room(r))
-                max_tokens = min(max_tokens, 1)  # a prefill worker answers after its first token
-            elif st.role == "decode":
+                        st.kv_seen(as_room(r), self._rid)
+                with st.engine.prefill(input_tokens, st.stop) as queued:
+                    st.metrics.queued(queued)
+                if st.role == "prefill":
+                    self.hand_off([as_room(r) for r in rooms], input_tokens)
+                    max_tokens = min(max_tokens, 1)  # a prefill worker answers after its first token
+                else:
+                    held = input_tokens
+            else:
                 try:
-                    for r in rooms:
-                        self.wait_for_kv(req.get("bootstrap_host"), req.get("bootstrap_port"), as_room(r))
+                    with st.engine.awaiting():
+                        for r in rooms:
+                            self.wait_for_kv(req.get("bootstrap_host"), req.get("bootstrap_port"), as_room(r))
                 except HandoffError as exc:
-                    with st.lock:
-                        st.counters["handoff_failures"] += 1
-                        st.counters["aborted"] += 1
+                    st.metrics.handoff_failed(exc.phase)
+                    st.metrics.finished(
+                        prompt_tokens=input_tokens, completion_tokens=0, e2e=time.time() - t0, stream=stream
+                    )
                     self._note = "handoff-failed"
                     log.warning("%s", exc)
                     self.error(kind, 500, str(exc))
                     return
-            self.respond(kind, req, prompt, max_tokens=max_tokens, stream=stream, t0=t0)
+            self.respond(kind, req, prompts, batch, max_tokens=max_tokens, stream=stream, t0=t0, held=held)
+        except ClientGone:
+            if not self._finished:  # sglang aborts a request whose client went away, and counts it
+                st.metrics.aborted()
+            raise
         finally:
             with st.lock:
                 st.inflight -= 1
             self.after_generation()
+
+    def hand_off(self, rooms: list[int], input_tokens: int) -> None:
+        """Prefill: move the KV to decode (simulated time and size), then mark the rooms transferred."""
+        st = self.state
+        try:
+            if st.knobs.handoff_drop:
+                st.metrics.handoff_failed("transfer")
+                return
+            nbytes, seconds = kv_transfer(st.knobs, input_tokens)
+            with st.engine.transfer():
+                if seconds > 0:
+                    st.stop.wait(seconds)
+            st.metrics.kv_transfer(nbytes, seconds)
+            for room in rooms:
+                st.kv_done(room)
+        finally:
+            st.engine.release(input_tokens)  # the prefill's KV leaves its pool once sent
 
     def after_generation(self) -> None:
         st = self.state
@@ -130,21 +161,61 @@ class GenerationMixin(HandoffMixin):
                 max_tokens = req.get("max_tokens")
         return prompt, max_tokens, bool(req.get("stream"))
 
-    def respond(self, kind: str, req: dict, prompt, *, max_tokens: int, stream: bool, t0: float) -> None:
-        st = self.state
-        batch = (
+    @staticmethod
+    def is_batch(kind: str, prompt) -> bool:
+        """/generate with a list of prompts (not a list of token ids) answers a list."""
+        return bool(
             kind == "generate" and isinstance(prompt, list) and prompt and not all(isinstance(x, int) for x in prompt)
         )
-        prompts = prompt if batch else [prompt]
-        per_token = st.knobs.token_latency if st.role != "prefill" else 0.0
-        outputs = []
-        for p in prompts:
-            toks = fake_tokens(prompt_key(p), max_tokens)
-            outputs.append((p, toks, count_prompt_tokens(p)))
-        with st.lock:
-            st.counters["requests"] += len(outputs)
-            st.counters["prompt_tokens"] += sum(o[2] for o in outputs)
-            st.counters["generation_tokens"] += sum(len(o[1]) for o in outputs)
+
+    def token_steps(self, n: int, held: dict, t0: float, stream: bool, items: int):
+        """Yield after each simulated decode step; observe time to first token and inter-token latency per item,
+        as TokenizerManager.collect_metrics (sglang/srt/managers/tokenizer_manager.py) does."""
+        st = self.state
+        last = None
+        for i in range(n):
+            if st.role != "prefill":
+                st.engine.step(held, items)
+            now = time.time()
+            for _ in range(items):
+                if last is None:
+                    st.metrics.first_token(now - t0, stream)
+                else:
+                    st.metrics.inter_token(now - last, 1)
+            if last is None:
+                self._first_token_at = now
+            last = now
+            yield i
+
+    def finish_metrics(self, outputs, t0: float, stream: bool) -> float:
+        st = self.state
+        now = time.time()
+        self._finished = True
+        first = self._first_token_at
+        for _, toks, prompt_tokens in outputs:
+            st.metrics.finished(
+                prompt_tokens=prompt_tokens,
+                completion_tokens=len(toks),
+                e2e=now - t0,
+                stream=stream,
+                decode_s=(now - first) if first is not None else None,
+            )
+        return now - t0
+
+    def respond(self, kind: str, req: dict, prompts: list, batch: bool, *, max_tokens: int, stream: bool, t0: float,
+                held: int) -> None:  # fmt: skip
+        st = self.state
+        outputs = [(p, fake_tokens(prompt_key(p), max_tokens), count_prompt_tokens(p)) for p in prompts]
+        if st.role == "prefill":  # one token, no decode batch, no KV kept
+            decoding = contextlib.nullcontext({"tokens": 0})
+        else:  # a decode's KV arrives now; null mode's is in the pool since its prefill
+            decoding = st.engine.decode(held, 0 if held else sum(o[2] for o in outputs))
+        with decoding as slot:
+            self.send_outputs(kind, req, outputs, batch, stream=stream, t0=t0, slot=slot)
+
+    def send_outputs(self, kind: str, req: dict, outputs: list, batch: bool, *, stream: bool, t0: float,
+                     slot: dict) -> None:  # fmt: skip
+        st = self.state
         prompt_tokens = outputs[0][2]
         toks = outputs[0][1]
         self._note = (self._note + f" prompt_tokens={prompt_tokens} completion_tokens={len(toks)}").strip()
@@ -153,11 +224,9 @@ class GenerationMixin(HandoffMixin):
         finish = "length"
 
         if not stream:
-            if per_token:
-                time.sleep(per_token * max_tokens)
-            e2e = time.time() - t0
-            with st.lock:
-                st.latency_sum += e2e
+            for _ in self.token_steps(len(toks), slot, t0, stream, len(outputs)):
+                pass
+            e2e = self.finish_metrics(outputs, t0, stream)
             if kind == "generate":
                 items = [self.generate_item(toks_, pt, e2e, done=True) for (_, toks_, pt) in outputs]
                 self.send_json(200, items if batch else items[0])
@@ -217,9 +286,7 @@ class GenerationMixin(HandoffMixin):
         )
         if kind == "chat":
             self.sse(self.chat_chunk(model, created, {"role": "assistant", "content": ""}, None))
-        for i in range(len(toks)):
-            if per_token:
-                time.sleep(per_token)
+        for i in self.token_steps(len(toks), slot, t0, stream, len(outputs)):
             last = i == len(toks) - 1
             if kind == "generate":
                 self.sse(self.generate_item(toks[: i + 1], prompt_tokens, time.time() - t0, done=last))
@@ -260,9 +327,7 @@ class GenerationMixin(HandoffMixin):
                     "usage": self.usage(prompt_tokens, len(toks)),
                 }
             )
-        e2e = time.time() - t0
-        with st.lock:
-            st.latency_sum += e2e
+        self.finish_metrics(outputs, t0, stream)
         self.write_chunk(b"data: [DONE]\n\n")
         self.write_chunk(b"")
 

@@ -20,7 +20,16 @@ DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class HandoffError(Exception):
-    """The KV of a bootstrap_room never arrived (or arrived incompatible)."""
+    """The KV of a bootstrap_room never arrived (or arrived incompatible).
+
+    phase: "bootstrap" (never connected, or the two sides disagree: sglang counts
+    sglang:num_bootstrap_failed_reqs_total) or "transfer" (the prefill had the room, its KV never
+    arrived: sglang:num_transfer_failed_reqs_total), as sglang/srt/disaggregation/decode.py counts them.
+    """
+
+    def __init__(self, message: str, phase: str = "bootstrap"):
+        super().__init__(message)
+        self.phase = phase
 
 
 class HandoffMixin(BaseHandler):
@@ -58,7 +67,8 @@ class HandoffMixin(BaseHandler):
             if time.monotonic() >= deadline:
                 raise HandoffError(
                     f"KVTransferError(bootstrap_room={room}): Request {self._rid} timed out after {timeout:.1f}s "
-                    f"in KVPoll.{phase} (bootstrap server {netloc}: {why})"
+                    f"in KVPoll.{phase} (bootstrap server {netloc}: {why})",
+                    "transfer" if phase == "WaitingForInput" else "bootstrap",
                 )
             if st.stop.is_set():
                 raise HandoffError(f"KVTransferError(bootstrap_room={room}): server is shutting down")

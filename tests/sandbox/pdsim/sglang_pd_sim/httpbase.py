@@ -60,6 +60,8 @@ class BaseHandler(BaseHTTPRequestHandler):
         self._room = None
         self._rid = None
         self._note = ""
+        self._first_token_at = None  # generation: when the first token was produced
+        self._finished = False  # generation: the request ran to its end (a later disconnect is no abort)
 
     def send_response(self, code, message=None):
         self._status = code

@@ -9,6 +9,8 @@ import time
 
 from sglang_pd_sim import SGLANG_VERSION, __version__
 from sglang_pd_sim.cli import Knobs
+from sglang_pd_sim.collector import SimMetrics
+from sglang_pd_sim.engine import Engine
 
 MAX_RECORDS = 20000
 MAX_ROOMS = 100000
@@ -22,6 +24,7 @@ class SimState:
         self.started = time.time()
         self.ready = threading.Event()
         self.stop = threading.Event()
+        self.draining = threading.Event()  # SIGTERM: health 503, in-flight requests finish, then exit 0
         self.lock = threading.Lock()
         self.kv_changed = threading.Condition(self.lock)
         self.records: collections.deque = collections.deque(maxlen=MAX_RECORDS)
@@ -29,8 +32,6 @@ class SimState:
         self.dp_ranks: dict = {}
         self.inflight = 0
         self.generations = 0
-        self.counters = collections.Counter()
-        self.latency_sum = 0.0
         arch = knobs.architecture
         self.is_dsv4 = "DeepseekV4" in arch
         # The few resolution hooks that matter to a PD pair (DeepSeek-V4 forces page 256, fp8_e4m3 KV, dsv4).
@@ -40,6 +41,8 @@ class SimState:
         self.attention_backend = args.attention_backend or ("dsv4" if self.is_dsv4 else None)
         self.model_name = args.served_model_name or args.model_path
         self.tokenizer_path = args.tokenizer_path or args.model_path
+        self.engine = Engine(knobs)
+        self.metrics = SimMetrics(model_name=self.model_name, role=self.role, dp_size=args.dp_size or 1)
 
     # records ---------------------------------------------------------------------------------------
     def record(self, entry: dict) -> None:
