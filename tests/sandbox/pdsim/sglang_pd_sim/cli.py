@@ -24,7 +24,7 @@ KNOBS_HELP = """\
 simulator knobs (environment variables, never flags):
   SGLANG_SIM_STARTUP_DELAY=S    seconds of simulated weight loading; /health answers 503 meanwhile (0)
   SGLANG_SIM_TOKEN_LATENCY=S    seconds per generated token on decode (and in null mode) (0)
-  SGLANG_SIM_PREFILL_LATENCY=S  seconds a prefill takes before its KV counts as transferred (0)
+  SGLANG_SIM_PREFILL_LATENCY=S  seconds of every prefill (prefill and null mode), before its KV is sent (0)
   SGLANG_SIM_HANDOFF_TIMEOUT=S  how long decode waits for prefill's KV of a bootstrap_room (30)
   SGLANG_SIM_DEFAULT_MAX_TOKENS=N  tokens generated when the request names none (16)
   latency model (engine.py):
