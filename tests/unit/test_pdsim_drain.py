@@ -93,12 +93,12 @@ def test_sigterm_when_idle_exits_at_once(sims):
 
 def test_force_shutdown_does_not_wait(sims):
     sim = sims.start("null", env={**SLOW, "SGL_FORCE_SHUTDOWN": "1"})
-    thread, out = start_request(sim)
+    thread, out = start_request(sim, tokens=40)  # about 2 s
     wait_in_flight(sim)
     t0 = time.monotonic()
     sim.popen.send_signal(signal.SIGTERM)
     assert sim.popen.wait(5) == 0
-    assert time.monotonic() - t0 < 0.6  # the request had about a second left
+    assert time.monotonic() - t0 < 1.2  # the request had about two seconds left
     thread.join(10)
     assert out["answer"][0] is None, out  # cut off: no answer, which is what forcing means
     assert "force shutdown flag set" in sim.log()
