@@ -248,6 +248,15 @@ def main():
     if rc != 0:
         why = (err or out).strip().splitlines()[-1:] or ["no output"]
         skip(f"KV transport probe skipped: NIXL does not import in {p['venv']} ({why[0]})", planned)
+    rc, _, _ = module.run_command(
+        [
+            python,
+            "-c",
+            "import importlib.util as u, sys; sys.exit(0 if u.find_spec('torch') or u.find_spec('cupy') else 3)",
+        ]
+    )
+    if rc != 0:
+        skip(f"KV transport probe skipped: neither torch nor cupy in {p['venv']} to hold VRAM buffers", planned)
     if module.check_mode:
         module.exit_json(changed=False, planned=planned, msg=f"would probe {len(planned)} pair(s)")
 
