@@ -7,6 +7,7 @@ stays bare, for rendering inventories/rtxpro6000-8x in check mode onto a host th
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -138,3 +139,20 @@ def test_rtxpro6000_inventory_renders_the_units_an_expert_writes(sandbox, tmp_pa
         sandbox, "ls /etc/systemd/system/ | grep -c '^sglang-' || true; test -e /opt/sglang || echo no-venv", host=BARE
     )
     assert left.split() == ["0", "no-venv"], f"check mode changed the bare host: {left}"
+
+
+def test_a_profile_in_the_inventory_converges(sandbox):
+    """A user brings a profile in the inventory's profiles/ directory (no fork of the collection): it converges."""
+    profile = yaml.safe_load((REPO / "profiles" / "deepseek_v4_flash_sm120.yml").read_text())
+    profile["description"] = "a site's own variant: decode with a smaller static memory fraction"
+    profile["flags"]["decode"]["mem-fraction-static"] = 0.55
+    inventory_dir = Path(sandbox["inventory"])
+    (inventory_dir / "profiles").mkdir(exist_ok=True)
+    (inventory_dir / "profiles" / "site_variant.yml").write_text(yaml.safe_dump(profile))
+    try:
+        out = playbook(sandbox, "-e", '{"sglang_profile": "site_variant"}').stdout
+        assert recap(out)["failed"] == 0
+        assert "--mem-fraction-static 0.55" in on_host(sandbox, "systemctl cat sglang-decode0.service")
+        assert re.search(r"The capital of France is -> +\S", out), "no answer through the router was printed"
+    finally:
+        playbook(sandbox)  # back to the shipped profile
