@@ -653,7 +653,12 @@ def run_check(
                 raise CheckError(f"the program's own parser could not be used: {exc}") from exc
             parser_error = str(exc)
     if checked is None:
-        checked = _check_by_help(context, argvs)
+        try:
+            checked = _check_by_help(context, argvs)
+        except CheckError as exc:
+            if parser_error:
+                raise CheckError(f"{exc}; the program's own parser could not be used either: {parser_error}") from exc
+            raise
         used = "help"
 
     results = checked["results"]

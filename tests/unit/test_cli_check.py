@@ -1,9 +1,14 @@
-"""disagg.sglang.cli_check: command lines checked against a program's own argparse --help.
+"""disagg.sglang.cli_check: command lines checked by a program's own argparse parser, or its --help.
 
-Data-driven: the cases are in cli_check_cases.yml, the help texts in tests/fixtures/cli_help/ (the
-sglang 0.5.23 one captured from the real parser, see test_real_sglang_parser.py; the router 0.3.2
-one from `python -m sglang_router.launch_router --help`). The cross-check runs every case through
-the program's REAL parser too and asserts both say accept or reject alike.
+Data-driven: the cases are in cli_check_cases.yml.
+- parser_cases run through the programs' REAL parsers, built by the collection's parser script under
+  each program's own Python: sglang 0.5.23 (the parser venv of tests/sglang_parser), sglang-router
+  0.3.2 (this venv), the sandbox simulator sglang_pd_sim (tests/sandbox/pdsim on PYTHONPATH).
+- verdicts turn argparse's error texts into the problems the module shows (pure, no parser).
+- argv_cases check the --help emulation (the fallback) against recorded help texts in
+  tests/fixtures/cli_help/; the cross-check runs them through the real parsers too and asserts both
+  say accept or reject alike, except the known gaps of reading a help.
+- runs: the whole check with a fake runner and a cache (fallback, remembered "no parser", help cache).
 """
 
 import argparse
@@ -21,6 +26,7 @@ import pytest
 import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.disagg.sglang.plugins.module_utils import cli_argparse as ca
 from ansible_collections.disagg.sglang.plugins.module_utils import cli_check as cc
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.modules import cli_check as cli_check_module
@@ -205,7 +211,13 @@ class FakeRunner:
     def __init__(self, run):
         self.run, self.ran = run, []
 
-    def __call__(self, argv):
+    def __call__(self, argv, data=None):
+        if argv[1:2] == ["-c"] and "--module" in argv:  # the parser script
+            self.ran.append("parser")
+            assert json.loads(data) == self.run["argvs"]
+            if self.run["parser"] == "no_parser":
+                return 3, "", "cli_parser_script: cannot import sglang.srt.server_args:prepare_server_args: ..."
+            return 0, "not JSON\n", ""
         if argv == VERSION_COMMAND:
             self.ran.append("version")
             return self.run.get("version_rc", 0), f"{self.run['version']}\n", ""
@@ -224,6 +236,10 @@ def prepare_cache(run, cache_dir):
         cc.load_spec(FakeRunner(dict(run, version_rc=0)), HELP_COMMAND, VERSION_COMMAND, str(cache_dir))
     elif run["cache"] == "stale":
         cc.load_spec(FakeRunner(dict(run, version="0.5.22")), HELP_COMMAND, VERSION_COMMAND, str(cache_dir))
+    elif run["cache"] == "warm_no_parser":
+        warm = dict(run, version_rc=0, parser="no_parser")
+        kwargs = {"version_command": VERSION_COMMAND, "cache_dir": str(cache_dir)}
+        cc.run_check(FakeRunner(warm), HELP_COMMAND, run["argvs"], **kwargs)
     elif run["cache"] == "corrupt":
         cache_dir.mkdir()
         Path(cc.cache_path(str(cache_dir), HELP_COMMAND, version)).write_text("{not json")
@@ -241,6 +257,7 @@ def test_run(run, tmp_path):
         "version_command": VERSION_COMMAND if run["version"] is not None else None,
         "cache_dir": cache_dir,
         "write_cache": not run.get("check_mode", False),
+        "method": run.get("method", "help"),
     }
     if "error_contains" in expect:
         with pytest.raises(cc.CheckError) as error:
@@ -249,6 +266,7 @@ def test_run(run, tmp_path):
             assert text in str(error.value)
         return
     result = cc.run_check(runner, HELP_COMMAND, run["argvs"], **kwargs)
+    assert result["method"] == expect.get("method", "help")
     assert result["spec_source"] == expect["spec_source"]
     assert runner.ran == expect["ran"]
     assert result["failed"] is expect["failed"]
@@ -263,7 +281,9 @@ def test_run(run, tmp_path):
         for name in after
         if name not in before_stat or os.stat(os.path.join(cache_dir, name)).st_mtime_ns != before_stat[name]
     ]
-    if expect.get("cache_written"):
+    if "cache_files" in expect:
+        assert len(written) == expect["cache_files"], written
+    elif expect.get("cache_written"):
         assert written == [os.path.basename(result["cache_file"])]
         assert not [name for name in after if name.startswith(".tmp-")]
     else:
@@ -314,6 +334,7 @@ def test_module_passes_and_caches(tmp_path):
         "version_command": VERSION_COMMAND,
         "cache_dir": str(tmp_path),
         "argvs": {"prefill0": ["--model-path", "/m", "--disable-cuda-graph"]},
+        "method": "help",
     }
     run_command, calls = module_runner()
     code, result = run_module(args, run_command)
@@ -338,6 +359,7 @@ def test_module_fails_listing_problems(tmp_path):
     args = {
         "help_command": HELP_COMMAND,
         "argvs": {"decode0": ["--model-path", "/m", "--cuda-graph-max-bs", "64"]},
+        "method": "help",
     }
     run_command, _ = module_runner()
     code, result = run_module(args, run_command)
@@ -354,6 +376,7 @@ def test_module_check_mode_does_not_write_the_cache(tmp_path):
         "version_command": VERSION_COMMAND,
         "cache_dir": str(tmp_path / "cache"),
         "argvs": {"prefill0": ["--model-path", "/m"]},
+        "method": "help",
     }
     run_command, _ = module_runner()
     code, result = run_module(args, run_command, check_mode=True)
@@ -368,7 +391,9 @@ def test_module_reports_a_broken_help_command(tmp_path):
 
     code, result = run_module({"help_command": HELP_COMMAND, "argvs": {"p": []}}, run_command)
     assert code == 1
-    assert "libcuda.so.1" in result["msg"]
+    assert "the help command" in result["msg"]
+    assert "the program's own parser could not be used either" in result["msg"]
+    assert result["msg"].count("libcuda.so.1") == 2
 
 
 # --------------------------------------------------------------------------------------------------
@@ -455,3 +480,206 @@ def test_real_commands_cold_and_cached(real_python, tmp_path, capsys):
         timings.append(f"  {label}: cold {seconds[0]:.2f}s, cached {seconds[1]:.2f}s")
     with capsys.disabled():
         print("\n[cli_check timings]\n" + "\n".join(timings))
+
+
+# --------------------------------------------------------------------------------------------------
+# The programs' own parsers (cli_parser_script.py under each program's Python)
+# --------------------------------------------------------------------------------------------------
+
+PDSIM = REPO / "tests" / "sandbox" / "pdsim"
+SIM_ENV = {"PYTHONPATH": str(PDSIM)}  # the simulator as the sandbox installs it, from its source
+
+
+class RealRunner:
+    """run_command for run_check: runs the command here; counts the parser script's runs."""
+
+    def __init__(self, env=None):
+        self.env, self.parser_runs, self.commands = env or {}, 0, []
+
+    def __call__(self, argv, data=None):
+        if "--module" in argv and argv[1:2] == ["-c"]:
+            self.parser_runs += 1
+            self.commands.append("parser")
+        else:
+            self.commands.append(" ".join(argv))
+        proc = subprocess.run(
+            argv, input=data, capture_output=True, text=True, check=False, env=dict(os.environ, LC_ALL="C", **self.env)
+        )
+        return proc.returncode, proc.stdout, proc.stderr
+
+
+def program_commands(name, real_python=None):
+    """(help_command, version_command, runner env) of one program as the roles would call it."""
+    if name == "sglang":
+        python, module, dist = str(real_python), "sglang.launch_server", "sglang"
+    elif name == "router":
+        python, module, dist = sys.executable, "sglang_router.launch_router", "sglang-router"
+    else:
+        python, module, dist = sys.executable, "sglang_pd_sim", None
+    version = (
+        [python, "-c", f"import importlib.metadata as m; print(m.version({dist!r}))"]
+        if dist
+        else [python, "-c", "import sglang_pd_sim as s; print('sglang-pd-sim', s.__version__)"]
+    )
+    return [python, "-m", module, "--help"], version, SIM_ENV if name == "sim" else {}
+
+
+PARSER_CASES = [
+    pytest.param(case, program, id=f"{program}-{case['id']}")
+    for case in CASES["parser_cases"]
+    for program in case["programs"]
+]
+
+
+@pytest.fixture(scope="module")
+def parser_verdicts(real_python):
+    """Every parser case of each program, parsed in one batch by that program's own parser."""
+    verdicts, seconds = {}, []
+    for program in ("sglang", "router", "sim"):
+        help_command, _, env = program_commands(program, real_python)
+        argvs = {c["id"]: c["argv"] for c in CASES["parser_cases"] if program in c["programs"]}
+        started = time.monotonic()
+        out = ca.parse_argvs(RealRunner(env), help_command, argvs)
+        seconds.append(f"{program} {time.monotonic() - started:.2f}s ({len(argvs)} argvs)")
+        assert out["parser_runs"] == 1
+        verdicts[program] = out
+    print("parser batches: " + ", ".join(seconds))
+    return verdicts
+
+
+@pytest.mark.parametrize(("case", "program"), PARSER_CASES)
+def test_parser_case(case, program, parser_verdicts):
+    found = parser_verdicts[program]["results"][case["id"]]
+    assert found["source"] == "parser"
+    assert found["ok"] is case["ok"], found
+    assert_matches(found["problems"], case["problems"], "problems")
+    assert_matches(found["warnings"], case["warnings"], "warnings")
+    if case["ok"]:
+        assert found["error"] == ""
+    else:
+        assert found["error"] == found["problems"][0]["message"] or found["problems"][0]["kind"] == "exits"
+
+
+def test_parsers_are_the_programs_own(parser_verdicts):
+    """prog and flag counts as each program's parser has them (not a copy: the router has 100, sglang 561)."""
+    assert parser_verdicts["sglang"]["prog"] == "sglang serve"
+    assert parser_verdicts["router"]["prog"] == "launch_router.py"  # argparse's default: python -m sets argv[0]
+    assert parser_verdicts["sim"]["prog"] == "sglang-pd-sim"
+    assert parser_verdicts["sglang"]["known_flags"] == parser_verdicts["sim"]["known_flags"] == 561
+    assert parser_verdicts["router"]["known_flags"] == 100
+    good = parser_verdicts["sglang"]["results"]["good-line"]["flags"]
+    assert good == {
+        "--model-path": "/m",
+        "--tp-size": 4,
+        "--page-size": 256,
+        "--disaggregation-transfer-backend": "nixl",
+    }
+
+
+@pytest.mark.parametrize("case", CASES["verdicts"], ids=[case["id"] for case in CASES["verdicts"]])
+def test_verdict(case):
+    result = dict({"ok": False, "exit_status": 2, "error": "", "warnings": [], "flags": {}}, **case["result"])
+    found = ca.verdict(result, CASES["verdict_info"], case["argv"])
+    assert found["ok"] is (not case["problems"])
+    assert_matches(found["problems"], case["problems"], "problems")
+    assert_matches(found["warnings"], case["warnings"], "warnings")
+    for got, want in zip(found["problems"] + found["warnings"], case["problems"] + case["warnings"], strict=True):
+        if "hint" in want:
+            assert got["hint"] == want["hint"]
+
+
+@pytest.mark.parametrize(
+    ("help_command", "entry", "reason"),
+    [
+        (["/usr/bin/sglang-router", "--help"], None, "does not run a Python module"),
+        (["/v/bin/python", "-m", "vllm.entrypoints.api_server", "--help"], None, "no parse function is known"),
+    ],
+)
+def test_no_parser_command(help_command, entry, reason):
+    with pytest.raises(ca.NoParser, match=reason):
+        ca.parser_command(help_command, entry)
+
+
+def test_parser_entry_names_another_program():
+    command = ca.parser_command(["/v/bin/python", "-m", "tool", "--help"], "tool.cli:parse")
+    assert command[:2] == ["/v/bin/python", "-c"]
+    assert command[3:] == ["--module", "tool", "--entry", "tool.cli:parse"]
+
+
+def test_cache_per_version_and_argv(tmp_path):
+    """A no-op run starts no parser; a changed argv re-parses only that argv; a new version all of them."""
+    help_command, version_command, env = program_commands("sim")
+    argvs = {
+        "prefill0": ["--model-path", "/m", "--disaggregation-mode", "prefill"],
+        "decode0": ["--model-path", "/m", "--disaggregation-mode", "decode"],
+    }
+    kwargs = {"version_command": version_command, "cache_dir": str(tmp_path)}
+
+    runner = RealRunner(env)
+    first = cc.run_check(runner, help_command, argvs, **kwargs)
+    assert (first["method"], first["parser_runs"], runner.parser_runs) == ("argparse", 1, 1)
+    assert first["version"] == "sglang-pd-sim 0.1.0"
+    assert {r["source"] for r in first["results"].values()} == {"parser"}
+    assert len(os.listdir(tmp_path)) == 2
+
+    runner = RealRunner(env)
+    again = cc.run_check(runner, help_command, argvs, **kwargs)
+    assert (again["parser_runs"], runner.parser_runs, again["spec_source"]) == (0, 0, "cache")
+    assert runner.commands == [" ".join(version_command)]
+    assert again["results"] == {name: dict(result, source="cache") for name, result in first["results"].items()}, (
+        "a cached verdict is the verdict"
+    )
+    assert again["prog"] == "sglang-pd-sim"
+
+    runner = RealRunner(env)
+    changed = dict(argvs, decode0=[*argvs["decode0"], "--page-size", "x"])
+    third = cc.run_check(runner, help_command, changed, **kwargs)
+    assert (third["parser_runs"], runner.parser_runs) == (1, 1)
+    assert third["results"]["prefill0"]["source"] == "cache"
+    assert third["results"]["decode0"]["source"] == "parser"
+    assert third["failed"] is True
+    assert "decode0: --page-size: argument --page-size: invalid int value: 'x'" in third["msg"]
+    assert len(os.listdir(tmp_path)) == 2, "the unit's older verdict is pruned"
+
+    runner = RealRunner(env)
+    other_version = [sys.executable, "-c", "print('sglang-pd-sim 0.1.1')"]
+    fourth = cc.run_check(runner, help_command, argvs, **dict(kwargs, version_command=other_version))
+    assert (fourth["parser_runs"], runner.parser_runs) == (1, 1)
+
+    before = {name: os.stat(tmp_path / name).st_mtime_ns for name in os.listdir(tmp_path)}
+    checked = cc.run_check(RealRunner(env), help_command, argvs, **kwargs, write_cache=False)
+    assert checked["parser_runs"] == 1, "the run of another version pruned this version's verdicts"
+    assert {name: os.stat(tmp_path / name).st_mtime_ns for name in os.listdir(tmp_path)} == before, "check mode"
+
+
+def test_module_with_the_real_router(tmp_path):
+    """The module end to end, AnsibleModule.run_command included (the script goes as -c, argvs on stdin)."""
+    help_command, version_command, _ = program_commands("router")
+    args = {
+        "help_command": help_command,
+        "version_command": version_command,
+        "cache_dir": str(tmp_path),
+        "method": "argparse",
+        "argvs": {
+            "router": ["--pd-disaggregation", "--prefill", "http://a:30000", "8998", "--decode", "http://c:30001"],
+            "router_bad": ["--pd-disaggregation", "--prefill-policy", "fastest"],
+        },
+    }
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        patch_module_args(args),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+        pytest.raises(SystemExit) as exit_info,
+    ):
+        cli_check_module.main()
+    result = json.loads(out.getvalue())
+    assert exit_info.value.code == 1
+    assert result["method"] == "argparse"
+    assert result["version"] == "0.3.2"
+    assert result["results"]["router"]["ok"] is True
+    assert result["results"]["router"]["flags"]["--prefill"] == [["http://a:30000", "8998"]]
+    assert result["problems"]["router_bad"][0]["kind"] == "choice"
+    assert "router_bad: --prefill-policy: argument --prefill-policy: invalid choice: 'fastest'" in result["msg"]
+    assert "(its own parser)" in result["msg"]
+    assert len(os.listdir(tmp_path)) == 2
