@@ -11,7 +11,6 @@ Data-driven: the cases are in cli_check_cases.yml.
 - runs: the whole check with a fake runner and a cache (fallback, remembered "no parser", help cache).
 """
 
-import argparse
 import contextlib
 import io
 import json
@@ -32,7 +31,6 @@ from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags 
 from ansible_collections.disagg.sglang.plugins.modules import cli_check as cli_check_module
 
 REPO = Path(__file__).resolve().parents[2]
-import real_parser_client as rpc  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures" / "cli_help"
 CASES = yaml.safe_load((Path(__file__).parent / "cli_check_cases.yml").read_text())
@@ -401,31 +399,15 @@ def test_module_reports_a_broken_help_command(tmp_path):
 # --------------------------------------------------------------------------------------------------
 
 
-def real_router_verdicts(argvs):
-    from sglang_router.router_args import RouterArgs  # noqa: PLC0415 (only this test needs the router)
-
-    verdicts = {}
-    for name, argv in argvs.items():
-        parser = argparse.ArgumentParser(prog="launch_router.py")
-        RouterArgs.add_cli_args(parser, use_router_prefix=False)
-        err = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(err):
-                parser.parse_args(argv)
-            verdicts[name] = (True, "")
-        except SystemExit as exc:
-            verdicts[name] = (exc.code == 0, err.getvalue().strip().splitlines()[-1])
-    return verdicts
-
-
-def test_cross_check_with_the_real_parsers(specs, real_python, capsys):
-    by_help = {"sglang": {}, "router": {}}
-    for case in CASES["argv_cases"]:
-        by_help[case["help"]][case["id"]] = case_argv(case)
-    real = {name: (r["ok"], r["error"]) for name, r in rpc.parse_argvs(real_python, by_help["sglang"]).items()}
-    real.update(real_router_verdicts(by_help["router"]))
+def test_cross_check_with_the_real_parsers(specs, parser_verdicts, capsys):
+    real = {}
+    for program in ("sglang", "router"):
+        for name, found in parser_verdicts[program]["results"].items():
+            if name.startswith("argv:"):
+                real[name[len("argv:") :]] = (found["ok"], found["error"])
 
     cases = {case["id"]: case for case in CASES["argv_cases"]}
+    assert set(real) == set(cases)
     report = []
     for name, (real_ok, real_error) in real.items():
         case = cases[name]
@@ -448,32 +430,37 @@ def test_cross_check_with_the_real_parsers(specs, real_python, capsys):
 
 
 def test_real_commands_cold_and_cached(real_python, tmp_path, capsys):
-    """The check against live programs: sglang's real parser (no torch) and the installed router."""
-    router_help = [sys.executable, "-m", "sglang_router.launch_router", "--help"]
-    router_version = [sys.executable, "-c", "import importlib.metadata as m; print(m.version('sglang-router'))"]
-    sglang_help = [str(real_python), str(rpc.PARSER_SCRIPT), "--help"]
-    sglang_version = [str(real_python), "-c", "import importlib.metadata as m; print(m.version('sglang'))"]
+    """Against live programs, cold then cached: sglang's own parser (no torch), the router's, its help.
 
-    def run(argv):
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=dict(os.environ, LC_ALL="C"))
-        return proc.returncode, proc.stdout, proc.stderr
-
+    (sglang's own ``python -m sglang.launch_server --help`` cannot run in the parser venv: no torch.)
+    """
     profile = yaml.safe_load((PROFILES / "deepseek_v4_flash_sm120.yml").read_text())
     worker_argvs = {
         INSTANCES[role]["name"]: sf.argv(sf.render_lines(sf.worker_flags(profile, role, INSTANCES[role], SETTINGS)))
         for role in sf.WORKER_ROLES
     }
     router_argvs = {"router": ["--pd-disaggregation", "--prefill", "http://127.0.0.1:30000", "8998"]}
+    sglang_help, sglang_version, _ = program_commands("sglang", real_python)
+    router_help, router_version, _ = program_commands("router")
     timings = []
-    for label, help_command, version_command, argvs, version in (
-        ("sglang 0.5.23 (real parser)", sglang_help, sglang_version, worker_argvs, "0.5.23"),
-        ("sglang-router 0.3.2", router_help, router_version, router_argvs, "0.3.2"),
+    for label, method, help_command, version_command, argvs, version in (
+        ("sglang 0.5.23, own parser", "argparse", sglang_help, sglang_version, worker_argvs, "0.5.23"),
+        ("sglang-router 0.3.2, own parser", "argparse", router_help, router_version, router_argvs, "0.3.2"),
+        ("sglang-router 0.3.2, help emulation", "help", router_help, router_version, router_argvs, "0.3.2"),
     ):
         seconds = []
-        for expected_source in ("help", "cache"):
+        for expected_source in ("parser" if method == "argparse" else "help", "cache"):
             started = time.monotonic()
-            result = cc.run_check(run, help_command, argvs, version_command=version_command, cache_dir=str(tmp_path))
+            result = cc.run_check(
+                RealRunner(),
+                help_command,
+                argvs,
+                version_command=version_command,
+                cache_dir=str(tmp_path / method),
+                method=method,
+            )
             seconds.append(time.monotonic() - started)
+            assert result["method"] == method
             assert result["spec_source"] == expected_source
             assert result["version"] == version
             assert result["failed"] is False, result["msg"]
@@ -533,11 +520,13 @@ PARSER_CASES = [
 
 @pytest.fixture(scope="module")
 def parser_verdicts(real_python):
-    """Every parser case of each program, parsed in one batch by that program's own parser."""
+    """Each program's own parser, run once over a batch: its parser_cases, and the argv_cases of its help
+    (as ``argv:ID``, for the cross-check of the help emulation)."""
     verdicts, seconds = {}, []
     for program in ("sglang", "router", "sim"):
         help_command, _, env = program_commands(program, real_python)
         argvs = {c["id"]: c["argv"] for c in CASES["parser_cases"] if program in c["programs"]}
+        argvs.update({f"argv:{c['id']}": case_argv(c) for c in CASES["argv_cases"] if c["help"] == program})
         started = time.monotonic()
         out = ca.parse_argvs(RealRunner(env), help_command, argvs)
         seconds.append(f"{program} {time.monotonic() - started:.2f}s ({len(argvs)} argvs)")
