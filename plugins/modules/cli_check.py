@@ -73,8 +73,8 @@ options:
   parser_entry:
     description:
       - C(MODULE:FUNCTION), the program's function that turns an argv list into its arguments by calling
-        C(ArgumentParser.parse_args), for a program the module does not know
-        (known: C(sglang.launch_server), C(sglang_router.launch_router), C(sglang_pd_sim)).
+        C(ArgumentParser.parse_args), for a program the module does not know. Known without it are
+        C(sglang.launch_server), C(sglang_router.launch_router) and C(sglang_pd_sim).
     type: str
 attributes:
   check_mode:
