@@ -1,10 +1,14 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Check command lines against what an installed argparse program says in its ``--help``.
+"""Check command lines against an installed argparse program: its own parser, or what its ``--help`` says.
 
 The logic of the ``disagg.sglang.cli_check`` module, as plain functions (stdlib only) with the
 command runner injected, so unit tests feed recorded help texts and fake runners.
 
+- ``run_check(...)`` - the whole check. Method ``argparse`` (``cli_argparse.py``): every argv parsed
+  by the parser the program itself builds, under the program's own Python (``cli_parser_script.py``),
+  verdicts cached per (program, version, argv). Method ``help`` (this file, the fallback where that
+  parser cannot be built): the help read into a flag table and argparse emulated on it.
 - ``parse_help(text)`` reads any argparse help (``sglang serve``/``sglang.launch_server``, the
   router's ``launch_router``, a test double) into a *spec*: every option with its aliases, how many
   values it takes, its choices when the help shows them (``{a,b}``), whether it is required, and
@@ -17,9 +21,10 @@ command runner injected, so unit tests feed recorded help texts and fake runners
 - ``load_spec(...)`` runs the help command, or reads the spec cached for the installed version
   (``version_command``'s output is the key), so a no-op run does not pay for a torch import.
 
-What the help does not show stays with the program: value types (``--page-size abc``), choices
-hidden behind a custom metavar, mutually exclusive groups, positional arguments (none of the
-programs checked here has any; a stray value is reported as argparse does, "unrecognized").
+What the help does not show is out of the emulation's reach (the parser method sees it): value types
+(``--context-length 8K``), flags hidden with ``help=SUPPRESS``, choices behind a custom metavar,
+mutually exclusive groups, positional arguments (none of the programs checked here has any; a stray
+value is reported as argparse does, "unrecognized").
 """
 
 import difflib
