@@ -73,7 +73,9 @@ def run_parser(python, args, stdin=None, env=None, timeout=120):
 
 def _checked(proc, what):
     if proc.returncode != 0:
-        raise ParserUnavailable(f"{PARSER_SCRIPT.name} {what} failed (exit status {proc.returncode}):\n{_tail(proc.stderr)}")
+        raise ParserUnavailable(
+            f"{PARSER_SCRIPT.name} {what} failed (exit status {proc.returncode}):\n{_tail(proc.stderr)}"
+        )
     return proc.stdout
 
 
