@@ -218,6 +218,8 @@ if sys.argv[1:] == ["-c", "import nixl._api"]:
         sys.stderr.write("ModuleNotFoundError: No module named 'nixl'\\n")
         sys.exit(1)
     sys.exit(0)
+if sys.argv[1] == "-c" and "find_spec('torch')" in sys.argv[2]:
+    sys.exit(3 if os.environ.get("KVFAKE_NO_ARRAYLIB") else 0)
 with open(os.environ["KVFAKE_ARGS"], "a") as f:
     f.write(" ".join(sys.argv[3:]) + "\\n")
 sys.stdout.write(open(os.environ["KVFAKE_LOG"]).read())
@@ -315,3 +317,11 @@ def test_module_refuses_bad_properties_and_unknown_gpu(host, capsys):
     assert rc == 1 and "is not Key=Value" in out["msg"]
     rc, out = run_module(_args(host, "default", pairs=[{"src": 0, "dst": 9}]), capsys)
     assert rc == 1 and out["msg"] == "kv_transport: GPU(s) [9] not on this host (it has [0, 1, 2, 3, 4, 5, 6, 7])"
+
+
+def test_module_skips_without_a_library_to_hold_vram(host, capsys, monkeypatch):
+    monkeypatch.setenv("KVFAKE_NO_ARRAYLIB", "1")
+    rc, out = run_module(_args(host, "default", pairs=[{"src": 0, "dst": 1}]), capsys)
+    assert rc == 0 and out["skipped"] is True
+    assert out["skipped_reason"].startswith("KV transport probe skipped: neither torch nor cupy in ")
+    assert not host["args"].exists()
