@@ -11,6 +11,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 USER_SECTION = "## Using the installed collection"
+ROOT_FILES = {"README", "LICENSE", "CHANGELOG"}
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +26,12 @@ def artifact_names(tmp_path_factory):
 
 
 def readme_paths(text):
-    """Repository paths the README names in backticks. Left aside: host paths, URLs, placeholders and paths in
-    the user's own project, which the README writes as ./PATH."""
+    """Repository paths the README names in backticks. Left aside: host paths, URLs, bare extensions (`.yml`),
+    placeholders (`<cluster>`, `NAME`) and paths in the user's own project, which the README writes as ./PATH."""
     for token in re.findall(r"`([^`\s]+)`", text):
-        if token.startswith(("/", "./", "http", "-")) or "<" in token:
+        if token.startswith(("/", "./", "http", "-")) or "<" in token or re.fullmatch(r"\.\w+", token):
+            continue
+        if any(part.isupper() and part not in ROOT_FILES for part in re.split(r"[/.]", token)):
             continue
         if "/" in token or re.search(r"\.(ya?ml|py|j2|md|sh)$", token):
             yield token.rstrip("/")
