@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what `make demo` and `make test` need, idempotently:
-#   - Debian packages (debootstrap, systemd-container, ...), from the machine's own apt sources;
+#   - Debian packages (debootstrap, systemd-container, shellcheck for ansible-test sanity, ...), from the
+#     machine's own apt sources;
 #   - the project venv .venv (python3.12 + ansible-core 2.21 where 3.12 exists, else 3.11 + 2.19);
 #   - the collection link .collections/ansible_collections/disagg/sglang -> repo root.
 set -euo pipefail
@@ -8,7 +9,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 
 need_apt=()
-for pkg in debootstrap systemd-container iproute2 openssh-client rsync make; do
+for pkg in debootstrap systemd-container iproute2 openssh-client rsync make shellcheck; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

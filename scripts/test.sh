@@ -5,11 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 run_lint() {
-  echo "== lint: ruff, yamllint, ansible-lint (production profile)"
+  echo "== lint: ruff, yamllint, ansible-lint (production profile), ansible-test sanity"
   ruff check .
   ruff format --check .
   yamllint --strict .
   ansible-lint --profile production
+  bash scripts/sanity.sh
 }
 
 run_pytest() {

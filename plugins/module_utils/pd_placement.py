@@ -211,7 +211,7 @@ def _search(host, todo, free):
             if len(have) >= req["n"]:
                 subset = host.best_subset(have, req["n"])
                 options.append(((len(have) - req["n"], host.quality(subset)[0], host.groups.index(key)), subset))
-        for _, subset in sorted(options, key=lambda o: o[0]):
+        for _key, subset in sorted(options, key=lambda o: o[0]):
             plan.append(subset)
             dfs(k + 1, free_now - set(subset), plan, spills)
             plan.pop()

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: disagg.sglang contributors
-# Apache License 2.0 (see galaxy.yml)
-"""Wait a bounded time for a systemd unit to answer its health URL."""
+# SPDX-License-Identifier: Apache-2.0 (see LICENSE)
+"""Wait a bounded time for a systemd unit to answer its health URL (the decisions: module_utils/service_health)."""
 
 DOCUMENTATION = r"""
 ---
@@ -37,12 +37,14 @@ options:
     type: int
     default: 40
 author:
-  - disagg.sglang maintainers
+  - disagg.sglang maintainers (!UNKNOWN)
 attributes:
   check_mode:
     support: full
+    description: Only reads the unit's state and its health URL, so check mode waits as a real run does.
   diff_mode:
     support: none
+    description: Changes nothing, so there is nothing to show.
 """
 
 EXAMPLES = r"""
@@ -92,63 +94,8 @@ journal:
   returned: always
 """
 
-import json
-import time
-import urllib.error
-import urllib.request
-
 from ansible.module_utils.basic import AnsibleModule
-
-
-def unit_state(run, unit):
-    """(active_state, sub_state, n_restarts) from systemctl show."""
-    rc, out, _err = run(["systemctl", "show", unit, "--property=ActiveState,SubState,NRestarts"])
-    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
-    restarts = props.get("NRestarts", "0")
-    return props.get("ActiveState", "unknown"), props.get("SubState", "unknown"), int(restarts or 0)
-
-
-def probe(url, expect):
-    """(healthy, reason, body) of one request."""
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            body = resp.read(100000).decode("utf-8", "replace")
-            status = resp.status
-    except urllib.error.HTTPError as exc:
-        return False, f"HTTP {exc.code}", exc.read(2000).decode("utf-8", "replace")
-    except (urllib.error.URLError, OSError) as exc:
-        return False, f"no answer: {getattr(exc, 'reason', exc)}", ""
-    if status != 200:
-        return False, f"HTTP {status}", body
-    if expect:
-        try:
-            data = json.loads(body)
-        except ValueError:
-            return False, "answer is not JSON", body
-        for key, want in expect.items():
-            have = data.get(key)
-            if not isinstance(have, (int, float)) or have < want:
-                return False, f"{key} is {have}, waiting for {want}", body
-    return True, "healthy", body
-
-
-def wait_healthy(run, unit, url, expect, wait, *, sleep=time.sleep, clock=time.monotonic):
-    deadline = clock() + wait
-    _active, _sub, restarts_at_start = unit_state(run, unit)
-    while True:
-        healthy, reason, body = probe(url, expect)
-        active, sub, restarts = unit_state(run, unit)
-        failed = active == "failed" or sub == "auto-restart" or restarts > restarts_at_start or active == "inactive"
-        state = f"{active}/{sub}, {restarts} restarts"
-        if healthy or failed or clock() >= deadline:
-            return {
-                "healthy": healthy,
-                "unit_failed": failed and not healthy,
-                "unit_state": state,
-                "reason": reason,
-                "body": body[:2000],
-            }
-        sleep(1)
+from ansible_collections.disagg.sglang.plugins.module_utils.service_health import wait_healthy
 
 
 def main():

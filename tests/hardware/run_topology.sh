@@ -4,7 +4,7 @@
 # ansible-core travels as a wheel in .whl/ (name .whl in the device tool's carry) so that the module
 # itself runs too; without it the probe still runs.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 out=${OUT:-${1:-/tmp/topology-out}}
 mkdir -p "$out"
 if compgen -G ".whl/ansible_core-*.whl" >/dev/null; then

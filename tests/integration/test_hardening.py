@@ -94,7 +94,7 @@ except OSError as exc:  # not listening (yet)
 def http(sandbox, path, body=None, key=None):
     """(status, text) of a request to the router, sent from the guest."""
     stdin = f"{key or ''}\n{json.dumps(body) if body else ''}\n"
-    status, _, text = on_host(sandbox, f"python3 /root/http_probe.py {path}", stdin=stdin).strip().partition(" ")
+    status, _sep, text = on_host(sandbox, f"python3 /root/http_probe.py {path}", stdin=stdin).strip().partition(" ")
     return int(status), text
 
 

@@ -411,7 +411,7 @@ def test_sim_failure_injection(pd_launcher):
 
     fragile = pd_launcher.sim("null", env={"SGLANG_SIM_FAIL": "crash-after:2"})
     wait_sim_healthy(fragile)
-    for _ in range(2):
+    for _attempt in range(2):
         assert (
             http("POST", url(fragile, "/generate"), {"text": "x", "sampling_params": {"max_new_tokens": 1}})[0] == 200
         )
@@ -487,7 +487,8 @@ def test_router_pd_generate_and_stream_reach_decode_with_one_bootstrap_room(pd_s
     assert len(content.split()) == 5 and chunks[-1]["choices"][0]["finish_reason"] == "length"
     [p_chat] = sim_requests(prefill, "/v1/chat/completions")
     [d_chat] = sim_requests(decode, "/v1/chat/completions")
-    assert p_chat["bootstrap_room"] == d_chat["bootstrap_room"] is not None
+    assert p_chat["bootstrap_room"] is not None
+    assert p_chat["bootstrap_room"] == d_chat["bootstrap_room"]
     assert p_chat["bootstrap_room"] != p_rec["bootstrap_room"]  # a new room per request
     status, comp = http("POST", url(router, "/v1/completions"), {"model": "dsv4", "prompt": "1 2 3", "max_tokens": 3})
     assert status == 200 and comp["object"] == "text_completion" and comp["usage"]["completion_tokens"] == 3
@@ -498,7 +499,7 @@ def test_router_pd_generate_and_stream_reach_decode_with_one_bootstrap_room(pd_s
 
 def test_router_answers_502_when_decode_is_down(pd_stack, capsys):
     prefill, decode, router = pd_stack
-    status, _ = http("POST", url(router, "/generate"), {"text": "warm up", "sampling_params": {"max_new_tokens": 2}})
+    status = http("POST", url(router, "/generate"), {"text": "warm up", "sampling_params": {"max_new_tokens": 2}})[0]
     assert status == 200
     before = len(sim_requests(prefill, "/generate"))
     decode.popen.kill()  # no goodbye: the process is simply gone

@@ -43,7 +43,7 @@ def load_spec(name: str) -> dict:
 def cpu_list(text: str) -> list[int]:
     cpus: list[int] = []
     for part in text.split(","):
-        lo, _, hi = part.partition("-")
+        lo, _sep, hi = part.partition("-")
         cpus.extend(range(int(lo), int(hi or lo) + 1))
     return cpus
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Bounded load against the router of a sandbox host, standard library only (runs on the guest's python3).
 
 The router listens on the guest's loopback, so tests copy this file into the guest and run it over ssh:
@@ -116,7 +115,7 @@ def run(args: argparse.Namespace) -> dict:
     def poll_readiness() -> None:
         last = None
         while not done.is_set() and time.monotonic() < stop_at + args.timeout:
-            state, _ = readiness(args.url, min(args.timeout, 2.0))
+            state, _body = readiness(args.url, min(args.timeout, 2.0))
             if state != last:
                 changes.append([round(time.time() - t0, 4), state])
                 last = state
@@ -125,7 +124,7 @@ def run(args: argparse.Namespace) -> dict:
     poller = threading.Thread(target=poll_readiness, daemon=True) if args.readiness else None
     if poller:
         poller.start()
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(args.concurrency)]
+    threads = [threading.Thread(target=worker, daemon=True) for _worker in range(args.concurrency)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -137,7 +136,7 @@ def run(args: argparse.Namespace) -> dict:
     with lock:
         timeline.sort()
         errors: dict[str, int] = {}
-        for _, _, status in timeline:
+        for _start, _end, status in timeline:
             if status != "200":
                 errors[status] = errors.get(status, 0) + 1
         return {
@@ -176,7 +175,7 @@ def wait_ready(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="the router (default %(default)s)")
     parser.add_argument("--max-new-tokens", type=int, default=16)
     sub = parser.add_subparsers(dest="command", required=True)

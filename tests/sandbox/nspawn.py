@@ -116,7 +116,7 @@ def debian_mirror() -> str:
                 fields = {}
                 for line in stanza.splitlines():
                     if line.strip() and not line.lstrip().startswith("#") and ":" in line:
-                        key, _, value = line.partition(":")
+                        key, _sep, value = line.partition(":")
                         fields[key.strip().lower()] = value.split()
                 if (
                     "deb" in fields.get("types", [])
@@ -642,7 +642,7 @@ def teardown_host(host: dict) -> None:
         while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
     cgroups = sandbox_cgroup_dirs(host["name"])
-    for _ in range(100):
+    for _attempt in range(100):
         pids = cgroup_pids(cgroups) | ({pid} if pid and host_running(host) else set())
         if not pids:
             break

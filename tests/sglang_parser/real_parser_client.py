@@ -102,7 +102,7 @@ def help_text(python):
 
 def main(argv):
     if len(argv) == 2 and argv[0] == "capture-help":
-        python, _ = ensure_venv()
+        python, _seconds = ensure_venv()
         Path(argv[1]).write_text(help_text(python))
         print(f"wrote {argv[1]}")
         return 0

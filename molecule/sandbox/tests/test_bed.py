@@ -64,7 +64,7 @@ def test_generate_through_the_router_in_pd_mode(host):
         "-X POST http://127.0.0.1:8000/generate -H 'Content-Type: application/json'",
         f"-d '{body}' -w '\\n%{{http_code}}'",
     )
-    payload, _, code = result.stdout.rpartition("\n")
+    payload, _sep, code = result.stdout.rpartition("\n")
     assert code == "200", result.stdout + result.stderr
     answer = json.loads(payload)
     assert answer["text"]

@@ -1,0 +1,103 @@
+# Copyright: disagg.sglang contributors
+# SPDX-License-Identifier: Apache-2.0
+"""What the service_health module decides: is a systemd unit's service healthy, did it fail or restart,
+or is the time up. Pure functions plus one loop whose systemctl runner, HTTP fetch, sleep and clock are
+injected, so every outcome is tested without a host (tests/unit/test_service_health.py).
+
+One call of the module is one bounded wait; the role repeats the call (until/retries) for a progress line
+per call. Within a call, the unit counts as failed when it is failed or inactive, waits in systemd's
+auto-restart, or has been restarted (NRestarts grew) since the call began.
+"""
+
+import json
+import time
+from http.client import HTTPException
+from urllib.error import HTTPError, URLError
+
+from ansible.module_utils.urls import ConnectionError as UrlsConnectionError
+from ansible.module_utils.urls import open_url
+
+BODY_LIMIT = 2000  # characters of the last answer returned to the caller
+READ_LIMIT = 100000  # bytes read from a healthy answer (a /readiness or /health body is far smaller)
+HTTP_TIMEOUT = 5  # seconds for one request
+POLL_INTERVAL = 1  # seconds between two polls within one wait
+
+
+def parse_unit_state(rc, out):
+    """(active_state, sub_state, n_restarts) from `systemctl show --property=...` output; unknowns when rc != 0."""
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
+    restarts = props.get("NRestarts", "0")
+    return props.get("ActiveState", "unknown"), props.get("SubState", "unknown"), int(restarts or 0)
+
+
+def unit_state(run, unit):
+    """(active_state, sub_state, n_restarts) of the unit; run(argv) -> (rc, stdout, stderr)."""
+    rc, out, _err = run(["systemctl", "show", unit, "--property=ActiveState,SubState,NRestarts"])
+    return parse_unit_state(rc, out)
+
+
+def unit_failed(state, restarts_at_start):
+    """Whether the unit failed, stopped or was restarted since the wait began (state from unit_state)."""
+    active, sub, restarts = state
+    return active in ("failed", "inactive") or sub == "auto-restart" or restarts > restarts_at_start
+
+
+def fetch(url, timeout=HTTP_TIMEOUT):
+    """One GET: (status, body, error). status is None when nothing answered; error then says why."""
+    try:
+        with open_url(url, timeout=timeout) as resp:
+            return resp.status, resp.read(READ_LIMIT).decode("utf-8", "replace"), None
+    except HTTPError as exc:  # a 4xx/5xx answer: it carries a status and a body
+        return exc.code, exc.read(BODY_LIMIT).decode("utf-8", "replace"), None
+    except (URLError, OSError, HTTPException, UrlsConnectionError) as exc:
+        return None, "", f"no answer: {getattr(exc, 'reason', exc)}"
+
+
+def judge(status, body, error, expect):
+    """(healthy, reason) of one answer. expect maps JSON keys to the smallest value each must reach."""
+    if status is None:
+        return False, error
+    if status != 200:
+        return False, f"HTTP {status}"
+    if expect:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return False, "answer is not JSON"
+        if not isinstance(data, dict):
+            return False, "answer is not a JSON object"
+        for key, want in expect.items():
+            have = data.get(key)
+            if not isinstance(have, (int, float)) or have < want:
+                return False, f"{key} is {have}, waiting for {want}"
+    return True, "healthy"
+
+
+def probe(url, expect, *, fetch=fetch):
+    """(healthy, reason, body) of one request to url."""
+    status, body, error = fetch(url)
+    healthy, reason = judge(status, body, error, expect)
+    return healthy, reason, body
+
+
+def wait_healthy(run, unit, url, expect, wait, *, sleep=time.sleep, clock=time.monotonic, fetch=fetch):
+    """Polls url until it is healthy, the unit failed or restarted, or `wait` seconds passed (at least one poll).
+
+    Returns healthy, unit_failed (never true together), unit_state, reason and body (first BODY_LIMIT chars).
+    """
+    deadline = clock() + wait
+    restarts_at_start = unit_state(run, unit)[2]
+    while True:
+        healthy, reason, body = probe(url, expect, fetch=fetch)
+        state = unit_state(run, unit)
+        failed = unit_failed(state, restarts_at_start)
+        if healthy or failed or clock() >= deadline:
+            active, sub, restarts = state
+            return {
+                "healthy": healthy,
+                "unit_failed": failed and not healthy,
+                "unit_state": f"{active}/{sub}, {restarts} restarts",
+                "reason": reason,
+                "body": body[:BODY_LIMIT],
+            }
+        sleep(POLL_INTERVAL)

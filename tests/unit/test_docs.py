@@ -1,0 +1,72 @@
+"""ansible-doc renders every module, filter and role of the collection. The names come from the files, so a
+new plugin or role is covered without touching this test."""
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE_DOC = str(Path(sys.executable).with_name("ansible-doc"))
+
+MODULES = sorted(p.stem for p in (REPO / "plugins" / "modules").glob("*.py") if p.stem != "__init__")
+ROLES = sorted(p.parents[1].name for p in (REPO / "roles").glob("*/meta/argument_specs.yml"))
+
+
+def _filters():
+    names = []
+    for path in sorted((REPO / "plugins" / "filter").glob("*.py")):
+        plugin = importlib.import_module(f"ansible_collections.disagg.sglang.plugins.filter.{path.stem}")
+        names += plugin.FilterModule().filters()
+    return sorted(names)
+
+
+FILTERS = _filters()
+ITEMS = [("module", n) for n in MODULES] + [("filter", n) for n in FILTERS] + [("role", n) for n in ROLES]
+
+
+def ansible_doc(*args):
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run([ANSIBLE_DOC, *args], capture_output=True, text=True, env=env, check=False)
+
+
+@pytest.fixture(scope="module")
+def docs():
+    """One ansible-doc --json call per plugin type, for every name of that type."""
+    found = {}
+    for kind in ("module", "filter", "role"):
+        names = [f"disagg.sglang.{n}" for k, n in ITEMS if k == kind]
+        proc = ansible_doc("-t", kind, "--json", *names)
+        assert proc.returncode == 0, proc.stderr
+        found[kind] = json.loads(proc.stdout)
+    return found
+
+
+def test_every_kind_has_plugins():
+    assert MODULES and FILTERS and ROLES
+
+
+@pytest.mark.parametrize(("kind", "name"), ITEMS, ids=[f"{k}:{n}" for k, n in ITEMS])
+def test_ansible_doc_renders(docs, kind, name):
+    doc = docs[kind].get(f"disagg.sglang.{name}")
+    assert doc, f"ansible-doc -t {kind} disagg.sglang.{name} found no documentation"
+    if kind == "role":
+        main = doc["entry_points"]["main"]
+        assert main.get("short_description"), f"role {name}: meta/argument_specs.yml main has no short_description"
+    else:
+        assert doc["doc"].get("short_description"), f"{kind} {name} has no short_description"
+        assert doc.get("examples"), f"{kind} {name} has no EXAMPLES"
+
+
+@pytest.mark.parametrize("kind", ["module", "filter"])
+def test_listing_has_no_undocumented(kind):
+    proc = ansible_doc("-t", kind, "-l", "disagg.sglang")
+    assert proc.returncode == 0, proc.stderr
+    listed = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
+    names = MODULES if kind == "module" else FILTERS
+    assert set(listed) == {f"disagg.sglang.{n}" for n in names}
+    assert [line for line in listed.values() if "UNDOCUMENTED" in line] == []

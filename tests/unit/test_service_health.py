@@ -1,0 +1,294 @@
+"""service_health's wait: healthy, restarted, inactive/failed, deadline, JSON expectation unmet.
+
+The wait loop runs for real with fakes for what it touches: `systemctl show` answers (one per call, the
+last repeats), HTTP answers (one per poll, the last repeats) and a clock that advances only when the loop
+sleeps. fetch itself is tested against a real HTTP server on loopback, and the module once in-process.
+"""
+
+import functools
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from ansible_collections.disagg.sglang.plugins.module_utils import service_health as sh
+from ansible_collections.disagg.sglang.plugins.modules import service_health as module
+
+testing = pytest.importorskip("ansible.module_utils.testing")
+
+UNIT = "sglang-decode0.service"
+URL = "http://127.0.0.1:30001/health"
+
+RUNNING = {"ActiveState": "active", "SubState": "running", "NRestarts": 0}
+RUNNING_1 = {"ActiveState": "active", "SubState": "running", "NRestarts": 1}
+STARTING = {"ActiveState": "activating", "SubState": "start", "NRestarts": 0}
+AUTO_RESTART = {"ActiveState": "activating", "SubState": "auto-restart", "NRestarts": 0}
+FAILED = {"ActiveState": "failed", "SubState": "failed", "NRestarts": 0}
+INACTIVE = {"ActiveState": "inactive", "SubState": "dead", "NRestarts": 0}
+OK = (200, "{}", None)
+REFUSED = (None, "", "no answer: [Errno 111] Connection refused")
+LOADING = (503, "loading weights", None)
+
+
+def readiness(n):
+    return (200, json.dumps({"healthy_workers": n, "total_workers": 2}), None)
+
+
+# name: (systemctl show answers, HTTP answers, expect_json, wait s) -> healthy, unit_failed, reason, unit_state,
+# polls (HTTP requests made), seconds slept
+CASES = {
+    "healthy at the first poll": (
+        [RUNNING],
+        [OK],
+        {},
+        10,
+        (True, False, "healthy", "active/running, 0 restarts", 1, 0),
+    ),
+    "healthy after loading for 3 s": (
+        [STARTING, STARTING, STARTING, RUNNING],
+        [REFUSED, LOADING, LOADING, OK],
+        {},
+        10,
+        (True, False, "healthy", "active/running, 0 restarts", 4, 3),
+    ),
+    "restarted during the wait (NRestarts grew)": (
+        [RUNNING, RUNNING, RUNNING_1],
+        [LOADING, REFUSED],
+        {},
+        10,
+        (False, True, "no answer: [Errno 111] Connection refused", "active/running, 1 restarts", 2, 1),
+    ),
+    "waiting in auto-restart": (
+        [STARTING, AUTO_RESTART],
+        [REFUSED],
+        {},
+        10,
+        (False, True, "no answer: [Errno 111] Connection refused", "activating/auto-restart, 0 restarts", 1, 0),
+    ),
+    "restarted before the wait began is not a failure": (
+        [RUNNING_1],
+        [LOADING, OK],
+        {},
+        10,
+        (True, False, "healthy", "active/running, 1 restarts", 2, 1),
+    ),
+    "unit failed": (
+        [STARTING, FAILED],
+        [REFUSED],
+        {},
+        10,
+        (False, True, "no answer: [Errno 111] Connection refused", "failed/failed, 0 restarts", 1, 0),
+    ),
+    "unit inactive": (
+        [INACTIVE],
+        [REFUSED],
+        {},
+        10,
+        (False, True, "no answer: [Errno 111] Connection refused", "inactive/dead, 0 restarts", 1, 0),
+    ),
+    "healthy wins over a restart seen in the same poll": (
+        [RUNNING, RUNNING_1],
+        [OK],
+        {},
+        10,
+        (True, False, "healthy", "active/running, 1 restarts", 1, 0),
+    ),
+    "deadline passed while loading": (
+        [STARTING],
+        [LOADING],
+        {},
+        3,
+        (False, False, "HTTP 503", "activating/start, 0 restarts", 4, 3),
+    ),
+    "wait 0 still polls once": (
+        [STARTING],
+        [REFUSED],
+        {},
+        0,
+        (False, False, "no answer: [Errno 111] Connection refused", "activating/start, 0 restarts", 1, 0),
+    ),
+    "router counts too few healthy workers until the deadline": (
+        [RUNNING],
+        [readiness(1)],
+        {"healthy_workers": 2},
+        2,
+        (False, False, "healthy_workers is 1, waiting for 2", "active/running, 0 restarts", 3, 2),
+    ),
+    "router reaches the expected healthy workers": (
+        [RUNNING],
+        [readiness(0), readiness(1), readiness(2)],
+        {"healthy_workers": 2},
+        10,
+        (True, False, "healthy", "active/running, 0 restarts", 3, 2),
+    ),
+    "expected key missing from the JSON": (
+        [RUNNING],
+        [(200, '{"total_workers": 2}', None)],
+        {"healthy_workers": 2},
+        1,
+        (False, False, "healthy_workers is None, waiting for 2", "active/running, 0 restarts", 2, 1),
+    ),
+    "answer is not JSON": (
+        [RUNNING],
+        [(200, "OK", None)],
+        {"healthy_workers": 1},
+        0,
+        (False, False, "answer is not JSON", "active/running, 0 restarts", 1, 0),
+    ),
+    "answer is a JSON list": (
+        [RUNNING],
+        [(200, "[1, 2]", None)],
+        {"healthy_workers": 1},
+        0,
+        (False, False, "answer is not a JSON object", "active/running, 0 restarts", 1, 0),
+    ),
+    "systemctl show fails: state unknown, not a failure": (
+        [None],
+        [LOADING],
+        {},
+        1,
+        (False, False, "HTTP 503", "unknown/unknown, 0 restarts", 2, 1),
+    ),
+}
+
+
+class FakeHost:
+    """systemctl show and HTTP answers in order (the last repeats), and a clock that only sleep moves."""
+
+    def __init__(self, states, answers):
+        self.states, self.answers = list(states), list(answers)
+        self.now = 1000.0
+        self.slept = 0.0
+        self.polls = 0
+        self.commands = []
+
+    @staticmethod
+    def _next(queue):
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    def run(self, argv):
+        self.commands.append(argv)
+        props = self._next(self.states)
+        if props is None:
+            return 1, "", "Failed to connect to bus"
+        return 0, "".join(f"{key}={value}\n" for key, value in props.items()), ""
+
+    def fetch(self, url):
+        assert url == URL
+        self.polls += 1
+        return self._next(self.answers)
+
+    def sleep(self, seconds):
+        self.now += seconds
+        self.slept += seconds
+
+    def clock(self):
+        return self.now
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_wait_healthy(case):
+    states, answers, expect, wait, want = CASES[case]
+    host = FakeHost(states, answers)
+    result = sh.wait_healthy(host.run, UNIT, URL, expect, wait, sleep=host.sleep, clock=host.clock, fetch=host.fetch)
+    got = (result["healthy"], result["unit_failed"], result["reason"], result["unit_state"], host.polls, host.slept)
+    assert got == want
+    assert not (result["healthy"] and result["unit_failed"])
+    assert all(cmd[:3] == ["systemctl", "show", UNIT] for cmd in host.commands)
+
+
+def test_body_is_cut_to_the_limit():
+    host = FakeHost([RUNNING], [(503, "x" * 5000, None)])
+    result = sh.wait_healthy(host.run, UNIT, URL, {}, 0, sleep=host.sleep, clock=host.clock, fetch=host.fetch)
+    assert result["body"] == "x" * sh.BODY_LIMIT
+
+
+ROUTES = {
+    "/health": (200, b""),
+    "/readiness": (200, b'{"healthy_workers": 2}'),
+    "/loading": (503, b"loading"),
+}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        status, body = ROUTES.get(self.path, (404, b"no route"))
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.mark.parametrize(
+    ("path", "expect", "want"),
+    [
+        ("/health", {}, (True, "healthy", "")),
+        ("/readiness", {"healthy_workers": 2}, (True, "healthy", '{"healthy_workers": 2}')),
+        (
+            "/readiness",
+            {"healthy_workers": 3},
+            (False, "healthy_workers is 2, waiting for 3", '{"healthy_workers": 2}'),
+        ),
+        ("/loading", {}, (False, "HTTP 503", "loading")),
+    ],
+)
+def test_probe_over_real_http(server, path, expect, want):
+    assert sh.probe(server + path, expect) == want
+
+
+def test_probe_nothing_listening():
+    with ThreadingHTTPServer(("127.0.0.1", 0), _Handler) as closed:
+        port = closed.server_address[1]  # bound, then closed: nothing listens there any more
+    healthy, reason, body = sh.probe(f"http://127.0.0.1:{port}/health", {})
+    assert (healthy, body) == (False, "")
+    assert reason.startswith("no answer:") and "refused" in reason.lower()
+
+
+def run_module(args, capsys):
+    with testing.patch_module_args(args), pytest.raises(SystemExit) as done:
+        module.main()
+    return done.value.code, json.loads(capsys.readouterr().out)
+
+
+def test_module_returns_the_journal_when_not_healthy(monkeypatch, capsys):
+    calls = []
+
+    def run_command(self, argv, **kwargs):
+        calls.append(argv)
+        if argv[0] == "journalctl":
+            return 0, "decode0: CUDA out of memory\n", ""
+        return 0, "ActiveState=failed\nSubState=failed\nNRestarts=3\n", ""
+
+    monkeypatch.setattr(module.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(module, "wait_healthy", functools.partial(sh.wait_healthy, fetch=lambda url: REFUSED))
+    rc, out = run_module({"unit": UNIT, "url": URL, "wait": 5, "journal_lines": 7, "_ansible_check_mode": True}, capsys)
+    assert rc == 0
+    assert (out["changed"], out["healthy"], out["unit_failed"]) == (False, False, True)
+    assert out["journal"] == "decode0: CUDA out of memory\n"
+    assert calls[-1] == ["journalctl", "-u", UNIT, "-n", "7", "--no-pager", "-o", "short-iso"]
+
+
+def test_module_healthy_reads_no_journal(monkeypatch, capsys, server):
+    calls = []
+
+    def run_command(self, argv, **kwargs):
+        calls.append(argv[0])
+        return 0, "ActiveState=active\nSubState=running\nNRestarts=0\n", ""
+
+    monkeypatch.setattr(module.AnsibleModule, "run_command", run_command)
+    rc, out = run_module({"unit": UNIT, "url": server + "/readiness", "expect_json": {"healthy_workers": 2}}, capsys)
+    assert (rc, out["healthy"], out["unit_failed"], out["journal"]) == (0, True, False, "")
+    assert "journalctl" not in calls
