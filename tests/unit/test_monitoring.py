@@ -9,7 +9,7 @@ from ansible_collections.disagg.sglang.plugins.filter.monitoring import FilterMo
 scrape_targets = FilterModule().filters()["scrape_targets"]
 
 
-def worker(host, name, role, port, gpus, node, address=None):
+def worker(host, name, role, port, gpus, node, address=None):  # noqa: PLR0917 (a table row)
     return {
         "unit": f"sglang-{name}",
         "name": name,
@@ -107,9 +107,7 @@ def test_multi_instance_inventory_one_target_per_worker():
     workers = [g for g in got if g["labels"]["role"] != "router"]
     assert len(workers) == len(MULTI) == 8
     assert len({g["targets"][0] for g in got}) == len(got)
-    assert {(g["labels"]["host"], g["labels"]["instance"]) for g in workers} == {
-        (w["host"], w["name"]) for w in MULTI
-    }
+    assert {(g["labels"]["host"], g["labels"]["instance"]) for g in workers} == {(w["host"], w["name"]) for w in MULTI}
     for g in got:
         assert set(g["labels"]) <= {"cluster", "role", "instance", "host", "gpus", "numa_node"}
 
