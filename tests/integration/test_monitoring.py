@@ -4,10 +4,10 @@ run against what it scraped after requests went through the router. Each query i
 
 One sandbox host (mon-1) holds prefill, decode and router; workers and the router's listeners bind to all
 addresses so that the controller's Prometheus reaches them at the guest's address. The router checks worker
-health every 2 s. After the normal traffic the decode unit is stopped for a few seconds while requests keep
-coming (router errors and retries, failed health checks, a prefill whose decode never came), then started again:
-the series that exist only once something failed appear that way. Alerts whose expression stays empty in this
-run must be proven to fire by the promtool unit tests (tests/monitoring/sglang-alerts.test.yml).
+health every 2 s. After the normal traffic, two short faults under requests (the simulator's prefill dropping
+its KV transfers, then the prefill stopped) make the series appear that exist only once something failed
+(KV transfer and bootstrap failures, router errors and retries, failed health checks). Alerts whose expression
+stays empty in this run must be proven to fire by the promtool unit tests (tests/monitoring/sglang-alerts.test.yml).
 
 Until site.yml's preflight publishes the planned units as facts (sglang_worker_units, sglang_router_unit), the
 inventory carries them for mon-1 as the preflight would plan them; a fact of the same name overrides them.
@@ -142,8 +142,8 @@ def deployment(tmp_path_factory):
             "sglang_router_port": ROUTER_PORT,
             "sglang_router_prometheus_port": PROM_PORT,
             "sglang_router_extra_flags": {"health-check-interval-secs": 2},
-            # a prefill whose decode never connects gives up after 5 s (sglang: its bootstrap timeout)
-            "sglang_prefill_extra_env": {"SGLANG_SIM_HANDOFF_TIMEOUT": "5"},
+            # decode gives up on a KV handoff after 2 s (sglang: its bootstrap / waiting timeouts, 300 s)
+            "sglang_decode_extra_env": {"SGLANG_SIM_HANDOFF_TIMEOUT": "2"},
             **planned_units(address),
         }
         inv = write_inventory(work / "inventory", SANDBOX, HOST, host_vars=host_vars)
@@ -188,7 +188,13 @@ def on_host(command):
 
 @pytest.fixture(scope="module")
 def traffic(deployment):
-    """Requests through the router, then a short decode outage under requests, then decode back and ready."""
+    """Requests through the router, then two faults under requests, then everything ready again.
+
+    1. The prefill restarted with the simulator's `handoff:drop` (its KV transfers never complete): decode
+       gives up after its handoff timeout, as sglang counts a failed transfer.
+    2. The prefill stopped: decode's bootstrap never connects (a failed bootstrap), the router's requests to
+       the prefill fail (errors, retries, failed health checks).
+    """
     router = f"http://{deployment['address']}:{ROUTER_PORT}"
     statuses = []
     for i in range(REQUESTS):
@@ -201,19 +207,32 @@ def traffic(deployment):
             statuses.append(http("POST", f"{router}/generate", body)[0])
     assert statuses.count(200) == REQUESTS, statuses
     print(f"{REQUESTS} requests through the router: all 200")
-    on_host("systemctl stop sglang-decode0.service")
+
+    def ready():
+        return http("GET", f"{router}/readiness")[0] == 200
+
+    def one(text):
+        return http("POST", f"{router}/generate", {"text": text, "sampling_params": {"max_new_tokens": 4}}, 60)[0]
+
     try:
-        failed = [http("POST", f"{router}/generate", {"text": "x", "sampling_params": {"max_new_tokens": 4}})[0]
-                  for _ in range(3)]  # fmt: skip
-        print(f"with decode stopped: {failed}")
-        time.sleep(8)  # > 3 failed health checks at 2 s; > the prefill's 5 s handoff timeout
+        # systemd's manager environment reaches units started after it is set
+        on_host("systemctl set-environment SGLANG_SIM_FAIL=handoff:drop && systemctl restart sglang-prefill0")
+        wait_until(ready, 120, "router ready with the dropping prefill")
+        print(f"prefill dropping KV transfers: {[one(f'drop {i}') for i in range(2)]}")
     finally:
-        on_host("systemctl start sglang-decode0.service")
-    wait_until(lambda: http("GET", f"{router}/readiness")[0] == 200, 120, "router ready again")
+        on_host("systemctl unset-environment SGLANG_SIM_FAIL && systemctl restart sglang-prefill0")
+    wait_until(ready, 120, "router ready again")
+    on_host("systemctl stop sglang-prefill0")
+    try:
+        print(f"prefill stopped: {[one(f'down {i}') for i in range(2)]}")
+        time.sleep(4)  # > 3 failed health checks at 2 s
+    finally:
+        on_host("systemctl start sglang-prefill0")
+    wait_until(ready, 120, "router ready again")
     # the breaker of a healthy worker may still be open: retry until one request passes, then a few more
-    wait_until(lambda: http("POST", f"{router}/generate", {"text": "y"})[0] == 200, 60, "a request after recovery")
+    wait_until(lambda: one("after") == 200, 60, "a request after recovery")
     for _ in range(4):
-        http("POST", f"{router}/generate", {"text": "z", "sampling_params": {"max_new_tokens": 8}})
+        one("more")
     time.sleep(6)  # three scrapes at 2 s
     return statuses
 
