@@ -7,8 +7,6 @@ environment come from the spec only; the template adds the service account and t
 the kind of unit (a GPU worker or a plain service). Worker and router units use the same spec shape.
 """
 
-import re
-
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology import format_cpulist
 
@@ -33,58 +31,160 @@ def _binding(numactl, slot):
     return []
 
 
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
-
-
-def _port_ok(value):
-    try:
-        return 1 <= int(value) <= 65535
-    except (TypeError, ValueError):
-        return False
-
-
-def instance_problems(instances, role):
-    """What is wrong with a role's instance list, one message per problem, each naming the entry and the fix."""
-    var = f"sglang_{role}_instances"
-    problems = []
-    if not isinstance(instances, list):
-        return [f"{var} must be a list of instances, got {type(instances).__name__}"]
-    names = []
-    for index, instance in enumerate(instances):
-        if not isinstance(instance, dict):
-            problems.append(f"{var}[{index}] must be a mapping (name, tp, port, ...), got {instance!r}")
-            continue
-        name = instance.get("name")
-        where = f"{var}[{index}] ({name})" if name else f"{var}[{index}]"
-        if not isinstance(name, str) or not _NAME.match(name):
-            problems.append(
-                f"{where}: name must be lowercase letters, digits, - or _ (it becomes sglang-<name>.service)"
-            )
-        names.append(name)
-        tp, gpus = instance.get("tp"), instance.get("gpus")
-        if tp is None and gpus is None:
-            problems.append(f"{where}: give tp (the topology role picks the GPUs) or gpus (explicit indices)")
-        if gpus is not None and (not isinstance(gpus, list) or len(set(map(str, gpus))) != len(gpus)):
-            problems.append(f"{where}: gpus must be a list of distinct GPU indices, got {gpus!r}")
-        elif tp is not None and gpus is not None and int(tp) != len(gpus):
-            problems.append(
-                f"{where}: tp {tp} but {len(gpus)} gpus listed {gpus}: make tp the number of gpus, "
-                "or give only one of them"
-            )
-        for key in ("port", "dist_init_port") + (("bootstrap_port",) if role == "prefill" else ()):
-            if key not in instance:
-                problems.append(f"{where}: {key} is missing (a port in 1-65535)")
-            elif not _port_ok(instance[key]):
-                problems.append(f"{where}: {key} {instance[key]!r} is not a port in 1-65535")
-        if "bootstrap_port" in instance and role != "prefill" and not _port_ok(instance["bootstrap_port"]):
-            problems.append(f"{where}: bootstrap_port {instance['bootstrap_port']!r} is not a port in 1-65535")
-    duplicates = sorted({n for n in names if isinstance(n, str) and names.count(n) > 1})
-    if duplicates:
-        problems.append(
-            f"{var} has duplicate names ({', '.join(duplicates)}): each instance becomes unit "
-            "sglang-<name>.service, so names must differ"
+# The state directory holds HOME and every cache the services write (ProtectSystem=strict leaves it the one
+# writable path); GPU workers add the JIT compilers' caches, which torch inductor would otherwise keep in the
+# private /tmp and rebuild after every restart.
+def state_env(state_dir, gpu):
+    env = {"HOME": state_dir, "XDG_CACHE_HOME": f"{state_dir}/cache", "HF_HOME": f"{state_dir}/cache/huggingface"}
+    if gpu:
+        env.update(
+            {
+                "TRITON_CACHE_DIR": f"{state_dir}/cache/triton",
+                "TORCHINDUCTOR_CACHE_DIR": f"{state_dir}/cache/torchinductor",
+                "FLASHINFER_WORKSPACE_BASE": state_dir,
+                "CUDA_CACHE_PATH": f"{state_dir}/cache/nv/ComputeCache",
+            }
         )
-    return problems
+    return env
+
+
+# Hardening of every unit, by kind: the settings in order, each with the reason it has its value where the
+# reason is not obvious. The template renders them; the KV transport probe passes the same settings to its
+# transient unit (systemd-run -p), so it proves what the workers get.
+COMMON_HARDENING = [
+    ("NoNewPrivileges", "yes"),
+    ("CapabilityBoundingSet", ""),
+    ("AmbientCapabilities", ""),
+    ("ProtectSystem", "strict"),
+    ("ProtectHome", "yes"),
+    ("PrivateTmp", "yes"),
+    ("ProtectKernelTunables", "yes"),
+    ("ProtectKernelModules", "yes"),
+    ("ProtectKernelLogs", "yes"),
+    ("ProtectControlGroups", "yes"),
+    ("ProtectClock", "yes"),
+    ("ProtectHostname", "yes"),
+    ("ProtectProc", "invisible"),
+    ("RestrictNamespaces", "yes"),
+    ("RestrictRealtime", "yes"),
+    ("RestrictSUIDSGID", "yes"),
+    ("LockPersonality", "yes"),
+    ("SystemCallArchitectures", "native"),
+    ("SystemCallErrorNumber", "EPERM"),
+    ("KeyringMode", "private"),
+    ("RemoveIPC", "yes"),
+    ("UMask", "0077"),
+]
+GPU_HARDENING_NOTES = [
+    "GPU worker. Left off or weakened, each for a reason:",
+    "- PrivateDevices=: CUDA needs /dev/nvidia*, NIXL/UCX over RDMA /dev/infiniband/*. Instead the device",
+    "  cgroup allows only those (DevicePolicy/DeviceAllow below) besides the standard pseudo devices.",
+    "  nvidia-uvm must be loaded and its nodes made at boot (the driver's udev rule or nvidia-persistenced):",
+    "  the setuid nvidia-modprobe cannot do it for an unprivileged service with NoNewPrivileges.",
+    "- MemoryDenyWriteExecute=: the JIT compilers (triton, torch inductor, flashinfer, DeepGEMM, CUDA's PTX",
+    "  JIT) map memory writable and executable.",
+    "- PrivateIPC=, PrivateUsers=: NIXL/UCX shared memory (SysV/POSIX) and CUDA IPC work between the prefill",
+    "  and decode units of one host; separate IPC or user namespaces would cut them apart.",
+    "- ProcSubset=pid: torch, psutil, numactl and the NVIDIA driver read /proc/meminfo, /proc/cpuinfo and",
+    "  /proc/driver/nvidia.",
+    "- PrivateNetwork=, IPAddressDeny=: workers serve the router and move KV cache between hosts.",
+    "- RestrictAddressFamilies= keeps AF_NETLINK: UCX, NCCL and rdma-core enumerate interfaces and RDMA",
+    "  devices over netlink (RDMA verbs themselves go through /dev/infiniband, not sockets).",
+    "- SystemCallFilter= (@system-service without @privileged) keeps @resources (numactl's set_mempolicy",
+    "  and mbind, sched_setaffinity of sglang and NCCL) and adds pidfd_getfd (@debug), with which torch",
+    "  shares CUDA memory between processes (expandable segments); @ipc stays (UCX CMA's process_vm_readv).",
+    "- LimitMEMLOCK=infinity: RDMA memory registration pins pages; without CAP_IPC_LOCK only this allows it.",
+]
+SERVICE_HARDENING_NOTES = [
+    "Router (a network service that needs no GPU): no devices, its own user and IPC namespaces, only its",
+    "process's part of /proc, no writable-executable memory, no privileged or scheduling/NUMA system calls.",
+    "Left off: PrivateNetwork= and IPAddressDeny= (it serves clients and dials the workers on other hosts).",
+]
+
+
+def hardening(kind, settings):
+    """[(key, value)] of the unit's hardening: the common settings, then those of its kind ('gpu' or 'service').
+
+    settings: {state_dir, read_write_paths, device_policy, device_allow}.
+    """
+    if kind not in ("gpu", "service"):
+        raise sf.FlagError(f"hardening kind must be gpu or service, got {kind!r}")
+    writable = " ".join(sf.systemd_quote(p) for p in [settings["state_dir"], *(settings.get("read_write_paths") or [])])
+    entries = [*COMMON_HARDENING]
+    entries.insert(entries.index(("ProtectHome", "yes")), ("ReadWritePaths", writable))
+    if kind == "gpu":
+        entries += [
+            ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6 AF_NETLINK"),
+            ("DevicePolicy", settings.get("device_policy", "closed")),
+            *(("DeviceAllow", entry) for entry in settings.get("device_allow") or []),
+            ("SystemCallFilter", "@system-service pidfd_getfd"),
+            ("SystemCallFilter", "~@privileged"),
+            ("LimitMEMLOCK", "infinity"),
+        ]
+    else:
+        entries += [
+            ("PrivateDevices", "yes"),
+            ("PrivateUsers", "yes"),
+            ("PrivateIPC", "yes"),
+            ("ProcSubset", "pid"),
+            ("MemoryDenyWriteExecute", "yes"),
+            ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6"),
+            ("SystemCallFilter", "@system-service"),
+            ("SystemCallFilter", "~@privileged @resources"),
+        ]
+    return [list(entry) for entry in entries]
+
+
+def secret_launcher(exec_argv, env_flags):
+    """python -m MODULE -> python -c LAUNCHER for flags whose values are secrets in the environment.
+
+    env_flags: {flag: VARIABLE}. The launcher takes each VARIABLE out of the environment and puts the flag and
+    its value into sys.argv inside the process, then runs MODULE as __main__: the kernel's copy of the command
+    line (ps, /proc/PID/cmdline) never holds the secret.
+    """
+    if not env_flags:
+        return list(exec_argv)
+    at = exec_argv.index("-m")
+    pairs = sorted(env_flags.items())
+    launcher = (
+        f"import os, runpy, sys; sys.argv[1:1] = [a for f, v in {pairs!r} for a in (f, os.environ.pop(v))]; "
+        f'runpy.run_module("{exec_argv[at + 1]}", run_name="__main__", alter_sys=True)'
+    )
+    return [*exec_argv[:at], "-c", launcher, *exec_argv[at + 2 :]]
+
+
+def _service(kind, settings):
+    """The unit settings every kind shares: account, environment file, restart and start limits, hardening."""
+    return {
+        "user": settings.get("user", "sglang"),
+        "group": settings.get("group", "sglang"),
+        "environment_file": f"{settings.get('env_dir', '/etc/sglang')}/{{unit}}.env",
+        "restart_sec": settings.get("restart_sec", 10),
+        "start_limit_burst": settings.get("start_limit_burst", 5),
+        "start_limit_interval": settings.get("start_limit_interval", 600),
+        "timeout_start_sec": settings.get("health_timeout", 1800),
+        "timeout_stop_sec": settings.get("stop_timeout", 60),
+        "hardening_kind": kind,
+        "hardening_notes": GPU_HARDENING_NOTES if kind == "gpu" else SERVICE_HARDENING_NOTES,
+        "hardening": hardening(
+            kind,
+            {
+                "state_dir": settings.get("state_dir", "/var/lib/sglang"),
+                "read_write_paths": settings.get("read_write_paths") or [],
+                "device_policy": settings.get("device_policy", "closed"),
+                "device_allow": settings.get("device_allow") or [],
+            },
+        ),
+    }
+
+
+def _finish(spec, kind, settings):
+    """Fill in what every spec carries: the environment over the state dir's, the service settings."""
+    service = _service(kind, settings)
+    service["environment_file"] = service["environment_file"].format(unit=spec["unit"])
+    spec["environment"] = {**state_env(settings.get("state_dir", "/var/lib/sglang"), kind == "gpu"), **spec["env"]}
+    spec.update(service)
+    return spec
 
 
 def worker_units(instances, placement, profile, role, settings):
@@ -92,8 +192,10 @@ def worker_units(instances, placement, profile, role, settings):
 
     instances: the role's instance list from the inventory.
     placement: the pd_placement result for this host ([{name, gpus, numa_node, cpus, warnings}]).
-    settings:  {model_path, served_model_name, host, dist_init_host, venv, server_module,
-                numactl_path, extra_flags, extra_env, unit_prefix}.
+    settings:  {model_path, served_model_name, host, dist_init_host, advertise_address, inventory_host, venv,
+                server_module, numactl_path, extra_flags, extra_env, unit_prefix} and the service settings
+                (user, group, env_dir, state_dir, read_write_paths, device_policy, device_allow, restart_sec,
+                start_limit_burst, start_limit_interval, health_timeout, stop_timeout, hf_token_set).
     """
     slots = {slot["name"]: slot for slot in placement}
     specs = []
@@ -112,24 +214,33 @@ def worker_units(instances, placement, profile, role, settings):
             # itself (sglang/srt/utils/numa_utils.py, get_numa_node_if_available).
             env["SGLANG_AUTO_NUMA_BIND"] = "0"
         env.update(sf.worker_env(profile, role, instance, settings))
-        specs.append(
-            {
-                "unit": f"{settings.get('unit_prefix', 'sglang-')}{name}",
-                "name": name,
-                "role": role,
-                "description": f"SGLang {role} worker {name} (GPUs {env['CUDA_VISIBLE_DEVICES']})",
-                "exec": [*binding, f"{settings['venv']}/bin/python", "-m", settings["server_module"]],
-                "lines": lines,
-                "flags": flags,
-                "env": env,
-                "port": instance["port"],
-                "health_url": f"http://{_local(settings.get('host'))}:{instance['port']}/health",
-                "gpus": slot["gpus"],
-                "numa_node": slot.get("numa_node"),
-                "cpus": cpu_list(slot.get("cpus") or []),
-                "warnings": slot.get("warnings") or [],
-            }
-        )
+        unit = f"{settings.get('unit_prefix', 'sglang-')}{name}"
+        advertise = settings.get("advertise_address") or _local(settings.get("host"))
+        spec = {
+            "unit": unit,
+            "name": name,
+            "role": role,
+            "host": settings.get("inventory_host"),
+            "description": f"SGLang {role} worker {name} (GPUs {env['CUDA_VISIBLE_DEVICES']})",
+            "after": ["network-online.target", "nvidia-persistenced.service"],
+            "python": f"{settings['venv']}/bin/python",
+            "module": settings["server_module"],
+            "exec": [*binding, f"{settings['venv']}/bin/python", "-m", settings["server_module"]],
+            "lines": lines,
+            "flags": flags,
+            "env": env,
+            "secret_env": {"HF_TOKEN": "sglang_hf_token"} if settings.get("hf_token_set") else {},
+            "port": instance["port"],
+            "bootstrap_port": instance.get("bootstrap_port") if role == "prefill" else None,
+            "url": f"http://{advertise}:{instance['port']}",
+            "health_url": f"http://{_local(settings.get('host'))}:{instance['port']}/health",
+            "metrics_url": f"http://{advertise}:{instance['port']}/metrics",
+            "gpus": slot["gpus"],
+            "numa_node": slot.get("numa_node"),
+            "cpus": cpu_list(slot.get("cpus") or []),
+            "warnings": slot.get("warnings") or [],
+        }
+        specs.append(_finish(spec, "gpu", settings))
     return specs
 
 
@@ -165,46 +276,42 @@ def kv_mismatches(contracts):
     return messages
 
 
-def pd_workers(hosts_by_role, host_vars, colocated):
-    """The router's view of the workers: [{role, host, name, url, bootstrap_port}].
-
-    hosts_by_role: {"prefill": [host, ...], "decode": [...]} (the inventory groups).
-    host_vars:     mapping host -> its variables (sglang_<role>_instances, sglang_advertise_address,
-                   ansible_host). Workers are dialled on loopback when everything shares one host.
-    """
-    workers = []
-    for role in sf.WORKER_ROLES:
-        for host in hosts_by_role.get(role) or []:
-            hvars = host_vars[host]
-            address = (
-                "127.0.0.1" if colocated else hvars.get("sglang_advertise_address") or hvars.get("ansible_host", host)
-            )
-            for instance in hvars.get(f"sglang_{role}_instances") or []:
-                workers.append(
-                    {
-                        "role": role,
-                        "host": host,
-                        "name": instance["name"],
-                        "url": f"http://{address}:{instance['port']}",
-                        "bootstrap_port": instance.get("bootstrap_port"),
-                    }
-                )
-    return workers
-
-
 def router_unit(prefills, decodes, settings):
-    """Spec of the router unit. settings: {venv, unit, flags (router flags mapping), env}."""
+    """Spec of the router unit, built from the worker specs (their ``url`` and ``bootstrap_port``).
+
+    settings: {venv, unit, flags (router flags mapping), env, api_key_set, hf_token_set, inventory_host}
+    and the service settings of worker_units.
+    """
     lines = sf.router_lines(prefills, decodes, settings["flags"])
     flags = settings["flags"]
-    return {
-        "unit": settings.get("unit", "sglang-router"),
+    secret_env = {}
+    env_flags = {}
+    if settings.get("api_key_set"):
+        # The router's --api-key is a secret: it comes from the environment file, into argv inside the process.
+        secret_env["SGLANG_ROUTER_API_KEY"] = "sglang_router_api_key"
+        env_flags["--api-key"] = "SGLANG_ROUTER_API_KEY"
+    if settings.get("hf_token_set") and not str(flags.get("tokenizer-path") or "").startswith("/"):
+        secret_env["HF_TOKEN"] = "sglang_hf_token"
+    unit = settings.get("unit", "sglang-router")
+    spec = {
+        "unit": unit,
         "name": "router",
         "role": "router",
+        "host": settings.get("inventory_host"),
         "description": f"SGLang router: {len(prefills)} prefill, {len(decodes)} decode",
-        "exec": [f"{settings['venv']}/bin/python", "-m", "sglang_router.launch_router"],
+        "after": ["network-online.target"],
+        "python": f"{settings['venv']}/bin/python",
+        "module": "sglang_router.launch_router",
+        "exec": secret_launcher([f"{settings['venv']}/bin/python", "-m", "sglang_router.launch_router"], env_flags),
         "lines": lines,
+        "flags": dict(flags),
         "env": dict(settings.get("env") or {}),
+        "secret_env": secret_env,
         "port": flags.get("port"),
+        "url": f"http://{_local(flags.get('host'))}:{flags.get('port')}",
         "health_url": f"http://{_local(flags.get('host'))}:{flags.get('port')}/readiness",
+        "metrics_url": f"http://{_local(flags.get('prometheus-host'))}:{flags.get('prometheus-port')}/metrics",
         "expected_workers": len(prefills) + len(decodes),
+        "workers": [w["unit"] for w in [*prefills, *decodes] if "unit" in w],
     }
+    return _finish(spec, "service", settings)

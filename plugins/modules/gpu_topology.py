@@ -14,7 +14,8 @@ description:
   - "Sources, best first, each optional: NVML through the Python binding C(pynvml) (package
     C(nvidia-ml-py)) when it imports and initialises; otherwise
     C(nvidia-smi --query-gpu=index,uuid,name,pci.bus_id,memory.total,compute_cap --format=csv,noheader,nounits)
-    and C(nvidia-smi topo -m) (C(nvidia-smi topo -p2p r) is tried for peer-to-peer status and may fail);
+    and C(nvidia-smi topo -m) (C(nvidia-smi topo -p2p r) and C(-p2p w) are tried for peer-to-peer status
+    and may fail);
     always sysfs: C(sys/devices/system/node/node*/cpulist) and, per GPU,
     C(sys/bus/pci/devices/<bus id>/numa_node) and C(local_cpulist)."
   - A GPU's NUMA node is sysfs's C(numa_node) when it is 0 or more, else the single node NVML or
@@ -136,6 +137,18 @@ ansible_facts:
           returned: always
           type: dict
           sample: {"0": {"0": X, "1": OK}, "1": {"0": OK, "1": X}}
+        p2p_pairs:
+          description:
+            - Peer-to-peer status of every ordered pair of distinct GPUs, keyed C(i-j) (GPU C(i) reaching
+              GPU C(j)'s memory), each with C(read) and C(write) in the codes of C(p2p); null where the source
+              did not tell. From NVML (C(nvmlDeviceGetP2PStatus) with the read and write caps indices) or
+              C(nvidia-smi topo -p2p r) and C(nvidia-smi topo -p2p w). Empty when unknown.
+            - A KV cache WRITE from prefill GPU C(p) to decode GPU C(d) needs C(p-d) write V(OK) for
+              zero-copy C(cuda_ipc); anything else means a TCP or host-staged lane
+              (C(disagg.sglang) preflight's C(kv_rules.p2p_problems) refuses or warns).
+          returned: always
+          type: dict
+          sample: {"0-1": {read: OK, write: OK}, "0-4": {read: CNS, write: CNS}}
         sources:
           description:
             - Which source gave each part (V(nvml), V(nvidia-smi), V(sysfs)), as lists (empty when the part is
@@ -146,6 +159,7 @@ ansible_facts:
             gpus: [nvidia-smi]
             links: [nvidia-smi]
             p2p: []
+            p2p_pairs: []
             numa_node: [sysfs]
             cpu_affinity: [nvidia-smi]
             numa_nodes: [sysfs]

@@ -4,7 +4,8 @@
 Run on the GPU machine from the repository root (tests/hardware/run_topology.sh does this on the device
 machine):  python3 tests/hardware/run_topology.py OUTDIR
 Needs Python 3.9+, nvidia-smi and, for the NVML path, pynvml (nvidia-ml-py). No Ansible needed: the
-module_utils file is loaded by path; when ansible-core is importable the module itself also runs.
+module_utils files are imported through tests/hardware/collection_path.py; when ansible-core is
+importable the module itself also runs.
 
 Writes into OUTDIR (8 files at most, what the device tool returns):
   topo-m.txt, query-gpu.csv, topo-p2p-r.txt  raw nvidia-smi outputs (LC_ALL=C)
@@ -16,7 +17,6 @@ Writes into OUTDIR (8 files at most, what the device tool returns):
 """
 
 import glob
-import importlib.util
 import json
 import os
 import platform
@@ -29,9 +29,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("gpu_topology", REPO / "plugins/module_utils/gpu_topology.py")
-gt = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gt)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from collection_path import module_utils  # noqa: E402 (this folder, put on sys.path above)
+
+gt = module_utils("gpu_topology")
 
 SOURCES = ("nvml", "nvidia-smi")
 REPEATS = 5
@@ -204,9 +205,7 @@ def time_sources():
     return out
 
 
-_pspec = importlib.util.spec_from_file_location("pd_placement", REPO / "plugins/module_utils/pd_placement.py")
-pp = importlib.util.module_from_spec(_pspec)
-_pspec.loader.exec_module(pp)
+pp = module_utils("pd_placement")
 
 # The layouts of the deployment notes, by GPU count: issue 7 asks for 1P1D TP4+TP4 and 2P2D TP2 x 4 on 8 GPUs.
 LAYOUTS = {

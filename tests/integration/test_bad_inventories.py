@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 from sandbox_hosts import GROUPS, VENV_BIN, down, run, ssh_config, up, write_inventory
 
 SANDBOX = "pytest-badinv"
@@ -43,18 +44,7 @@ CONCURRENCY = 2
 SERVE_REQUESTS = 48
 SERVE_THREADS = 6
 
-# The sandbox inventory's instances (inventories/sandbox/group_vars), for cases that change one field.
-PREFILL0 = {"name": "prefill0", "tp": 4, "port": 30000, "bootstrap_port": 8998, "dist_init_port": 30335}
-DECODE0 = {"name": "decode0", "tp": 4, "port": 30001, "bootstrap_port": 8999, "dist_init_port": 30435}
-SANDBOX_DEPS = ["sglang-router==0.3.2", "nvidia-ml-py==13.615.71", "sglang-pd-sim", "numpy"]
-
-
-def prefill(**fields):
-    return [{**PREFILL0, **fields}]
-
-
-def decode(**fields):
-    return [{**DECODE0, **fields}]
+CASES_FILE = Path(__file__).resolve().parents[1] / "cases" / "bad_inventories.yml"
 
 
 @dataclass(frozen=True)
@@ -69,221 +59,19 @@ class Case:
     xfail: str | None = None
 
 
+# The rows of tests/cases/bad_inventories.yml marked sandbox: true (every row also runs as a unit test of the
+# rules in tests/unit/test_rules.py).
 CASES = [
-    # --- shared settings (roles/sglang/tasks/preflight.yml)
     Case(
-        "model-path-empty",
-        ("sglang_model_path is '': set it in the inventory to the absolute path of the model directory",),
-        extra={"sglang_model_path": ""},
-    ),
-    Case(
-        "model-path-relative",
-        ("sglang_model_path is 'models/DeepSeek-V4-Flash'", "the absolute path of the model directory"),
-        extra={"sglang_model_path": "models/DeepSeek-V4-Flash"},
-    ),
-    Case(
-        "profile-unknown",
-        ("sglang_profile 'llama_sm90' is not a shipped profile", "choose one of deepseek_v4_flash_sm120"),
-        extra={"sglang_profile": "llama_sm90"},
-    ),
-    Case(
-        "health-poll-over-timeout",
-        ("sglang_health_timeout (30) and sglang_health_poll (60)", "the poll no longer than the timeout"),
-        extra={"sglang_health_timeout": 30, "sglang_health_poll": 60},
-    ),
-    Case(
-        "ports-duplicate-on-host",
-        (
-            "ports of the prefill and decode instances on pytest-badinv-1",
-            "must be distinct and in 1-65535; they are 30000, 8998, 30335, 30000, 8999, 30435",
-            "Change sglang_prefill_instances / sglang_decode_instances",
-        ),
-        extra={"sglang_decode_instances": decode(port=30000)},
-    ),
-    Case(
-        "port-out-of-range",
-        ("must be distinct and in 1-65535; they are", "70000", "Change sglang_prefill_instances / sglang_decode"),
-        extra={"sglang_decode_instances": decode(port=70000)},
-    ),
-    # --- dependency lists (roles/sglang_deps/tasks/preflight.yml)
-    Case(
-        "deps-sgl-kernel",
-        ("sglang_deps_packages or sglang_deps_packages_nodeps lists sgl-kernel", "Remove sgl-kernel from the list"),
-        extra={"sglang_deps_packages": [*SANDBOX_DEPS, "sgl-kernel==0.3.21"]},
-    ),
-    Case(
-        "deps-nixl-with-dependencies",
-        ("sglang_deps_packages names nixl==1.5.1", "Move the NIXL packages to sglang_deps_packages_nodeps"),
-        extra={"sglang_deps_packages": [*SANDBOX_DEPS, "nixl==1.5.1"]},
-    ),
-    # --- placement (roles/sglang_topology, plugins/module_utils/pd_placement.py)
-    Case(
-        "tp-not-len-gpus",
-        ("sglang_prefill_instances[0] (prefill0): tp 4 but 2 gpus listed", "make tp the number of gpus"),
-        extra={"sglang_prefill_instances": prefill(gpus=[0, 1])},
-    ),
-    Case(
-        "gpus-overlap",
-        ("GPU 2", "prefill0", "decode0", "sglang_decode_instances"),
-        extra={
-            "sglang_prefill_instances": prefill(gpus=[0, 1, 2, 3]),
-            "sglang_decode_instances": decode(gpus=[2, 3, 4, 5]),
-        },
-    ),
-    Case(
-        "gpus-not-on-host",
-        ("decode0", "GPU 8-11", "the host has GPUs 0-7", "sglang_decode_instances"),
-        extra={"sglang_decode_instances": decode(gpus=[8, 9, 10, 11])},
-    ),
-    Case(
-        "gpus-more-than-host",
-        ("12 GPUs asked, 8 free of 8", "sglang_prefill_instances"),
-        extra={"sglang_prefill_instances": prefill(tp=8)},
-    ),
-    Case(
-        "instance-names-duplicate",
-        ("sglang_prefill_instances has duplicate names", "names must differ"),
-        extra={
-            "sglang_prefill_instances": [
-                {**PREFILL0, "tp": 2},
-                {**PREFILL0, "tp": 2, "port": 30010, "bootstrap_port": 8988, "dist_init_port": 30345},
-            ]
-        },
-    ),
-    # --- flags: identity flags, the installed parser (disagg.sglang.cli_check), what sglang refuses
-    Case(
-        "identity-flag-port",
-        ("sglang_decode_extra_flags sets --port", "derives from the instance's port; set that instead"),
-        extra={"sglang_decode_extra_flags": {"port": 31000}},
-    ),
-    Case(
-        "identity-flag-tp",
-        ("sglang_prefill_extra_flags sets --tp-size (spelled --tp)", "the instance's tp; set that instead"),
-        extra={"sglang_prefill_extra_flags": {"tp": 2}},
-    ),
-    Case(
-        "identity-flag-tensor-parallel-size",
-        ("sglang_decode_extra_flags sets --tp-size (spelled --tensor-parallel-size)", "set that instead"),
-        extra={"sglang_decode_extra_flags": {"tensor-parallel-size": 2}},
-    ),
-    Case(
-        "identity-flag-in-instance-flags",
-        ("the flags of prefill instance prefill0 sets --model-path (spelled --model)", "from sglang_model_path"),
-        extra={"sglang_prefill_instances": prefill(flags={"model": "/models/other"})},
-    ),
-    Case(
-        "cuda-graph-max-bs-ambiguous",
-        (
-            "decode0: --cuda-graph-max-bs: ambiguous option",
-            "could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill",
-            "fix: spell the flag out in full: --cuda-graph-max-bs-decode or --cuda-graph-max-bs-prefill",
-        ),
-        extra={"sglang_decode_extra_flags": {"cuda-graph-max-bs": 64}},
-    ),
-    Case(
-        "flag-unknown",
-        ("prefill0: --enable-turbo-mode: unrecognized arguments", "has no such flag: rename or remove it"),
-        extra={"sglang_prefill_extra_flags": {"enable-turbo-mode": True}},
-    ),
-    Case(
-        "flag-invalid-choice",
-        ("--kv-cache-dtype: invalid choice: 'fp9'", "fix: set --kv-cache-dtype to one of: auto, fp8_e5m2, fp8_e4m3"),
-        extra={
-            "sglang_prefill_extra_flags": {"kv-cache-dtype": "fp9"},
-            "sglang_decode_extra_flags": {"kv-cache-dtype": "fp9"},
-        },
-    ),
-    Case(
-        "chunked-prefill-not-page-multiple",
-        ("chunked-prefill-size 1000 is not a multiple of page-size 256", "sglang_prefill_extra_flags"),
-        extra={"sglang_prefill_extra_flags": {"chunked-prefill-size": 1000}},
-    ),
-    Case(
-        "mem-fraction-static-above-1",
-        ("mem-fraction-static 1.2 must lie strictly between 0 and 1", "sglang_decode_extra_flags"),
-        extra={"sglang_decode_extra_flags": {"mem-fraction-static": 1.2}},
-    ),
-    Case(
-        "mem-fraction-static-zero",
-        ("mem-fraction-static 0 must lie strictly between 0 and 1", "sglang_prefill_extra_flags"),
-        extra={"sglang_prefill_extra_flags": {"mem-fraction-static": 0}},
-    ),
-    Case(
-        "speculative-ngram",
-        ("speculative-algorithm NGRAM has no PD draft handoff", "use one of EAGLE", "sglang_decode_extra_flags"),
-        extra={"sglang_decode_extra_flags": {"speculative-algorithm": "NGRAM"}},
-    ),
-    # --- the PD KV contract (roles/sglang/tasks/pd_consistency.yml)
-    Case(
-        "page-size-mismatch",
-        (
-            "--page-size differs between PD workers",
-            "256 on sglang-prefill0@pytest-badinv-1",
-            "128 on sglang-decode0@pytest-badinv-1",
-            "make the profile, sglang_prefill_extra_flags / sglang_decode_extra_flags and the instances' flags agree",
-        ),
-        extra={"sglang_decode_extra_flags": {"page-size": 128}},
-    ),
-    Case(
-        "kv-cache-dtype-mismatch",
-        (
-            "--kv-cache-dtype differs between PD workers",
-            "bfloat16 on sglang-decode0@pytest-badinv-1",
-            "fp8_e4m3 on sglang-prefill0@pytest-badinv-1",
-            "sglang_prefill_extra_flags / sglang_decode_extra_flags",
-        ),
-        extra={"sglang_decode_extra_flags": {"kv-cache-dtype": "bfloat16"}},
-    ),
-    # --- groups and instances
-    Case(
-        "decode-group-without-instances",
-        ("pytest-badinv-1 is in group decode but sglang_decode_instances is empty", "take the host out of the group"),
-        extra={"sglang_decode_instances": []},
-    ),
-    Case(
-        "inventory-host-not-in-decode-group",
-        ("The router found 1 prefill and 0 decode workers", "put hosts in groups prefill and decode"),
-        groups=("prefill", "router"),
-    ),
-    Case(
-        "prefill-without-bootstrap-port",
-        ("sglang_prefill_instances[0] (prefill0): bootstrap_port is missing (a port in 1-65535)",),
-        extra={"sglang_prefill_instances": [{k: v for k, v in PREFILL0.items() if k != "bootstrap_port"}]},
-    ),
-    # --- the router (roles/sglang_router/tasks/preflight.yml, plan.yml)
-    Case(
-        "router-port-is-a-worker-port",
-        ("sglang_router_port (30001) or sglang_router_prometheus_port (29000) is also a worker port", "choose free"),
-        extra={"sglang_router_port": 30001},
-    ),
-    Case(
-        "router-prometheus-port-is-a-bootstrap-port",
-        ("sglang_router_prometheus_port (8998) is also a worker port on pytest-badinv-1", "choose free ports"),
-        extra={"sglang_router_prometheus_port": 8998},
-    ),
-    Case(
-        "router-port-is-its-prometheus-port",
-        ("sglang_router_port (8000) and sglang_router_prometheus_port (8000) must be distinct ports",),
-        extra={"sglang_router_prometheus_port": 8000},
-    ),
-    Case(
-        "router-extra-flags-prefill",
-        ("sglang_router_extra_flags sets --prefill", "change the instances or the groups instead"),
-        extra={"sglang_router_extra_flags": {"prefill": "http://127.0.0.1:30000"}},
-    ),
-    Case(
-        "router-policy-invalid-choice",
-        ("router: --decode-policy: argument --decode-policy: invalid choice: 'fastest'", "set --decode-policy to one"),
-        extra={"sglang_router_decode_policy": "fastest"},
-    ),
-    Case(
-        "router-tokenizer-missing",
-        (
-            "sglang_router_tokenizer_path /opt/models/missing-tokenizer does not exist on pytest-badinv-1",
-            "Point it at a directory with tokenizer.json",
-        ),
-        extra={"sglang_router_tokenizer_path": "/opt/models/missing-tokenizer"},
-    ),
+        id=row["id"],
+        expect=tuple(row["expect"]),
+        extra=row.get("extra"),
+        groups=tuple(row.get("groups") or GROUPS),
+        host_vars=row.get("host_vars") or {},
+        xfail=row.get("xfail"),
+    )
+    for row in yaml.safe_load(CASES_FILE.read_text())
+    if row.get("sandbox")
 ]
 
 

@@ -7,11 +7,12 @@ stays bare, for rendering inventories/rtxpro6000-8x in check mode onto a host th
 
 import json
 import re
-import shlex
+from pathlib import Path
 
 import pytest
 import yaml
 from sandbox_hosts import REPO, VENV_BIN, down, run, ssh_config, up, write_inventory
+from unit_files import new_units_in_diff, parse_unit
 
 SANDBOX = "pytest-site"
 HOST = f"{SANDBOX}-1"
@@ -101,47 +102,6 @@ def test_tags_decode_after_a_decode_flag_change_restarts_decode_only(sandbox):
         playbook(sandbox, "--tags", "decode")  # back to the inventory's flags
 
 
-def parse_unit(text):
-    """(prefix argv, {flag: values}, env) of a rendered unit's ExecStart and Environment lines."""
-    joined = re.sub(r"\\\n\s*", " ", text)
-    exec_line = re.search(r"^ExecStart=(.*)$", joined, re.MULTILINE).group(1)
-    tokens = shlex.split(exec_line.replace("%%", "%").replace("$$", "$"))
-    first_flag = next(
-        i
-        for i, t in enumerate(tokens)
-        if t.startswith("--")
-        and i > 0
-        and tokens[i - 1] != "-m"
-        and not t.startswith(("--cpunodebind", "--membind", "--physcpubind"))
-    )
-    flags, current = {}, None
-    for token in tokens[first_flag:]:
-        if token.startswith("--"):
-            current = token
-            assert current not in flags, f"{current} rendered twice"
-            flags[current] = []
-        else:
-            flags[current].append(token)
-    env = dict(shlex.split(line)[0].split("=", 1) for line in re.findall(r"^Environment=(.*)$", joined, re.MULTILINE))
-    return tokens[:first_flag], flags, env
-
-
-def new_units_in_diff(output):
-    """{unit: content} of the unit files a --diff run would create (diffs from nothing: @@ -0,0 +1,N @@)."""
-    units = {}
-    for block in re.split(r"^--- before$", output, flags=re.MULTILINE)[1:]:
-        hunk = re.search(r"^@@ -0,0 \+1,(\d+) @@\n", block, re.MULTILINE)
-        if not hunk:
-            continue
-        lines = block[hunk.end() :].split("\n")[: int(hunk.group(1))]
-        assert all(line.startswith("+") for line in lines), block[:2000]
-        content = "\n".join(line[1:] for line in lines) + "\n"
-        name = re.search(r"^SyslogIdentifier=(\S+)$", content, re.MULTILINE)
-        if name:
-            units[name.group(1)] = content
-    return units
-
-
 def test_rtxpro6000_inventory_renders_the_units_an_expert_writes(sandbox, tmp_path):
     """inventories/rtxpro6000-8x in check mode against a bare host of its shape: the units it would write."""
     hosts = {h["name"]: h for h in json.loads((REPO / ".cache" / "sandbox" / SANDBOX / "hosts.json").read_text())}
@@ -179,3 +139,20 @@ def test_rtxpro6000_inventory_renders_the_units_an_expert_writes(sandbox, tmp_pa
         sandbox, "ls /etc/systemd/system/ | grep -c '^sglang-' || true; test -e /opt/sglang || echo no-venv", host=BARE
     )
     assert left.split() == ["0", "no-venv"], f"check mode changed the bare host: {left}"
+
+
+def test_a_profile_in_the_inventory_converges(sandbox):
+    """A user brings a profile in the inventory's profiles/ directory (no fork of the collection): it converges."""
+    profile = yaml.safe_load((REPO / "profiles" / "deepseek_v4_flash_sm120.yml").read_text())
+    profile["description"] = "a site's own variant: decode with a smaller static memory fraction"
+    profile["flags"]["decode"]["mem-fraction-static"] = 0.55
+    inventory_dir = Path(sandbox["inventory"])
+    (inventory_dir / "profiles").mkdir(exist_ok=True)
+    (inventory_dir / "profiles" / "site_variant.yml").write_text(yaml.safe_dump(profile))
+    try:
+        out = playbook(sandbox, "-e", '{"sglang_profile": "site_variant"}').stdout
+        assert recap(out)["failed"] == 0
+        assert "--mem-fraction-static 0.55" in on_host(sandbox, "systemctl cat sglang-decode0.service")
+        assert re.search(r"The capital of France is -> +\S", out), "no answer through the router was printed"
+    finally:
+        playbook(sandbox)  # back to the shipped profile

@@ -214,9 +214,17 @@ def prune_rootfs(keep: Path) -> None:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
+def unmount_all_under(path: Path) -> None:
+    """Lazily unmount what is mounted below path (debootstrap can leave the target's /proc mounted)."""
+    if path.exists():
+        for point in mounts_under(path):
+            run("umount", "--lazy", point, check=False, capture=True)
+
+
 def build_rootfs(tarball: Path, base: Path) -> None:
     mirror = debian_mirror()
     work = base.with_name(base.name + ".build")
+    unmount_all_under(work)
     shutil.rmtree(work, ignore_errors=True)
     started = time.monotonic()
     log(f"building the {SUITE} rootfs with debootstrap (about a minute, once)")
@@ -234,6 +242,7 @@ def build_rootfs(tarball: Path, base: Path) -> None:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
         shutil.rmtree(work, ignore_errors=True)
         raise SandboxError(f"debootstrap failed ({proc.returncode}):\n{tail}")
+    unmount_all_under(work)
     customize_rootfs(work)
     built = time.monotonic()
     tmp = tarball.with_name(tarball.name + ".tmp")
@@ -242,6 +251,7 @@ def build_rootfs(tarball: Path, base: Path) -> None:
         "-C",
         str(work),
         "--numeric-owner",
+        "--one-file-system",
         "--xattrs",
         "--xattrs-include=*",
         "-I",

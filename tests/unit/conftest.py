@@ -13,8 +13,9 @@ _link = COLLECTIONS / "ansible_collections" / "disagg" / "sglang"
 if not _link.exists():
     _link.parent.mkdir(parents=True, exist_ok=True)
     _link.symlink_to(REPO)
-# The collection; this folder (topology_fakes, samples); the real sglang parser's client.
-for _path in (COLLECTIONS, Path(__file__).resolve().parent, REPO / "tests" / "sglang_parser"):
+# The collection; this folder (topology_fakes, samples); the real sglang parser's client; the unit-file reader.
+_TESTS = REPO / "tests"
+for _path in (COLLECTIONS, Path(__file__).resolve().parent, _TESTS / "sglang_parser", _TESTS / "integration"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 

@@ -35,10 +35,10 @@ def gather_host(spec, source, tmp_path):
         )
     smi = tf.FakeSmi(spec["outputs"], spec["dir"])
     facts = gt.gather(sysfs_root=root, nvidia_smi_path="/usr/bin/nvidia-smi", runner=smi, nvml_loader=tf.no_nvml)
-    # only the two documented invocations (and the optional p2p one) were made, with LC_ALL-free argv
+    # only the two documented invocations (and the optional p2p ones) were made, with LC_ALL-free argv
     asked = [c[1:] for c in smi.calls]
     assert asked[0] == gt.QUERY_ARGS and gt.TOPO_ARGS in asked
-    assert all(a in (gt.QUERY_ARGS, gt.TOPO_ARGS, gt.P2P_ARGS, gt.QUERY_ARGS_NO_CC) for a in asked)
+    assert all(a in (gt.QUERY_ARGS, gt.TOPO_ARGS, gt.P2P_ARGS, gt.P2P_WRITE_ARGS, gt.QUERY_ARGS_NO_CC) for a in asked)
     return facts
 
 
@@ -70,6 +70,11 @@ def test_host_facts(host, source, tmp_path):
         assert facts["links"] == (tf.link_matrix(expect["links"]) if expect["links"] else {})
     if "p2p" in expect and (source == "nvml" or "p2p" in spec["outputs"]):
         assert facts["p2p"] == (tf.link_matrix(expect["p2p"]) if expect["p2p"] else {})
+    if "p2p_pairs" in expect:
+        n = len(facts["gpus"])
+        assert len(facts["p2p_pairs"]) == n * (n - 1), "every ordered pair of distinct GPUs"
+        for pair, status in expect["p2p_pairs"].items():
+            assert facts["p2p_pairs"][pair] == status, pair
     for part, value in (expect.get("sources") or {}).items():
         assert facts["sources"][part] == value, part
     missing, extra = tf.match_all(expect.get("warnings", []), facts["warnings"])
@@ -90,3 +95,5 @@ def test_sources_agree(host, tmp_path):
     assert by_nvml["numa_nodes"] == by_smi["numa_nodes"]
     if by_nvml["p2p"] and by_smi["p2p"]:
         assert by_nvml["p2p"] == by_smi["p2p"]
+    if all(s["read"] and s["write"] for f in (by_nvml, by_smi) for s in f["p2p_pairs"].values()):
+        assert by_nvml["p2p_pairs"] == by_smi["p2p_pairs"]

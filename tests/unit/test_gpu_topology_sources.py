@@ -107,13 +107,14 @@ def test_only_query_and_topo_succeed(tmp_path):
     facts = gt.gather(
         sysfs_root=sysfs(tmp_path), nvidia_smi_path="/usr/bin/nvidia-smi", runner=runner, nvml_loader=tf.no_nvml
     )
-    assert [c[1:] for c in runner.calls] == [gt.QUERY_ARGS, gt.TOPO_ARGS, gt.P2P_ARGS]
+    assert [c[1:] for c in runner.calls] == [gt.QUERY_ARGS, gt.TOPO_ARGS, gt.P2P_ARGS, gt.P2P_WRITE_ARGS]
     assert gt.QUERY_ARGS == [
         "--query-gpu=index,uuid,name,pci.bus_id,memory.total,compute_cap",
         "--format=csv,noheader,nounits",
     ]
     assert len(facts["gpus"]) == 8 and facts["links"]["0"]["4"] == "SYS"
     assert facts["p2p"] == {} and facts["sources"]["p2p"] == [] and facts["warnings"] == []
+    assert facts["p2p_pairs"] == {} and facts["sources"]["p2p_pairs"] == []
 
 
 def test_topo_fails_query_works(tmp_path):

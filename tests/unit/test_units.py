@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.disagg.sglang.plugins.module_utils import rules, units
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
-from ansible_collections.disagg.sglang.plugins.module_utils import units
 from samples import INSTANCES
 from samples import SETTINGS as SAMPLE_SETTINGS
 
@@ -157,27 +157,20 @@ def test_an_instance_without_placement_is_an_error():
         units.worker_units([dict(PREFILL, name="prefill9")], PLACEMENT, PROFILE, "prefill", SETTINGS)
 
 
-HOSTVARS = {
-    "gpu-a": {
-        "ansible_host": "10.0.0.1",
-        "sglang_prefill_instances": [PREFILL, dict(PREFILL, name="p1", port=30010, bootstrap_port=9008)],
-    },
-    "gpu-b": {"sglang_advertise_address": "10.0.0.2", "sglang_decode_instances": [DECODE]},
-}
-
-
 @pytest.mark.parametrize(
-    ("colocated", "urls"),
+    ("advertise", "urls"),
     [
-        (True, ["http://127.0.0.1:30000", "http://127.0.0.1:30010", "http://127.0.0.1:30001"]),
-        (False, ["http://10.0.0.1:30000", "http://10.0.0.1:30010", "http://10.0.0.2:30001"]),
+        ("127.0.0.1", ["http://127.0.0.1:30000", "http://127.0.0.1:30010", "http://127.0.0.1:30001"]),
+        ("10.0.0.1", ["http://10.0.0.1:30000", "http://10.0.0.1:30010", "http://10.0.0.1:30001"]),
     ],
 )
-def test_router_dials_every_instance_of_the_inventory(colocated, urls):
-    workers = units.pd_workers({"prefill": ["gpu-a"], "decode": ["gpu-b"]}, HOSTVARS, colocated)
-    assert [w["url"] for w in workers] == urls
-    prefills = [w for w in workers if w["role"] == "prefill"]
-    decodes = [w for w in workers if w["role"] == "decode"]
+def test_router_dials_every_worker_at_the_url_of_its_spec(advertise, urls):
+    settings = dict(SETTINGS, advertise_address=advertise)
+    placement = [*PLACEMENT, {"name": "p1", "gpus": [8], "numa_node": 1, "cpus": [1], "warnings": []}]
+    second = dict(PREFILL, name="p1", tp=1, port=30010, bootstrap_port=9008)
+    prefills = units.worker_units([PREFILL, second], placement, PROFILE, "prefill", settings)
+    decodes = units.worker_units([DECODE], PLACEMENT, PROFILE, "decode", settings)
+    assert [w["url"] for w in prefills + decodes] == urls
     spec = units.router_unit(prefills, decodes, {"venv": "/v", "flags": {"host": "0.0.0.0", "port": 8000}})
     assert spec["lines"][:4] == [
         ["--pd-disaggregation"],
@@ -188,6 +181,7 @@ def test_router_dials_every_instance_of_the_inventory(colocated, urls):
     assert ["--host", "0.0.0.0"] in spec["lines"]
     assert spec["health_url"] == "http://127.0.0.1:8000/readiness"
     assert spec["expected_workers"] == 3
+    assert spec["workers"] == ["sglang-prefill0", "sglang-p1", "sglang-decode0"]
 
 
 def test_router_refuses_a_prefill_without_bootstrap_port():
@@ -261,7 +255,7 @@ def test_kv_mismatches_name_the_flag_and_the_units(decode_values, expected):
         _contract("sglang-prefill0", "prefill", "a"),
         _contract("sglang-decode0", "decode", "b", **decode_values),
     ]
-    assert units.kv_mismatches(contracts) == expected
+    assert rules.kv_mismatches(contracts, units.KV_CONTRACT) == expected
 
 
 @pytest.mark.parametrize("flag", ["prefill", "--decode", "pd-disaggregation", "worker-urls"])
@@ -320,4 +314,29 @@ def test_router_extra_flags_cannot_rewire_the_workers(flag):
     ],
 )
 def test_instance_problems_name_the_entry_and_the_fix(role, instances, expected):
-    assert units.instance_problems(instances, role) == expected
+    assert rules.instance_problems(instances, role) == expected
+
+
+def test_the_router_api_key_reaches_the_process_through_its_environment_only():
+    spec = units.router_unit(
+        [{"url": "http://h:1", "bootstrap_port": 8998}],
+        [{"url": "http://h:2"}],
+        {"venv": "/v", "flags": {"port": 8000}, "api_key_set": True},
+    )
+    assert spec["secret_env"] == {"SGLANG_ROUTER_API_KEY": "sglang_router_api_key"}
+    assert spec["exec"][:2] == ["/v/bin/python", "-c"]
+    assert "os.environ.pop(v)" in spec["exec"][2] and "sglang_router.launch_router" in spec["exec"][2]
+    assert not any("--api-key" in line for line in spec["lines"])
+    assert spec["python"] == "/v/bin/python" and spec["module"] == "sglang_router.launch_router"
+
+
+@pytest.mark.parametrize(("kind", "present", "absent"), [
+    ("gpu", ["DevicePolicy", "LimitMEMLOCK"], ["PrivateDevices", "MemoryDenyWriteExecute"]),
+    ("service", ["PrivateDevices", "MemoryDenyWriteExecute", "PrivateUsers"], ["DevicePolicy", "LimitMEMLOCK"]),
+])  # fmt: skip
+def test_hardening_by_kind(kind, present, absent):
+    settings = {"state_dir": "/var/lib/sglang", "device_allow": ["char-nvidia rw"]}
+    keys = [key for key, _ in units.hardening(kind, settings)]
+    assert {"NoNewPrivileges", "ProtectSystem", "ReadWritePaths", "ProtectHome"} <= set(keys)
+    assert set(present) <= set(keys)
+    assert not set(absent) & set(keys)

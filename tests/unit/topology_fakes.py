@@ -53,13 +53,13 @@ def link_matrix(text):
 
 
 class FakeSmi:
-    """nvidia-smi that answers only the query and `topo -m` (and `topo -p2p r` if the host has it).
+    """nvidia-smi that answers only the query and `topo -m` (and `topo -p2p r|w` if the host has them).
 
     Every other invocation fails with rc 2, as the sandbox's fake does; `calls` records them all.
     """
 
     def __init__(self, outputs=None, folder=None, texts=None, fail=()):
-        """outputs: {query|query_no_cc|topo|p2p: file name, or {file, rc}} read from folder."""
+        """outputs: {query|query_no_cc|topo|p2p|p2p_write: file name, or {file, rc}} read from folder."""
         self.answers = {key: (0, text) for key, text in (texts or {}).items()}
         for key, given in (outputs or {}).items():
             entry = given if isinstance(given, dict) else {"file": given, "rc": 0}
@@ -70,7 +70,12 @@ class FakeSmi:
     def __call__(self, argv):
         self.calls.append(list(argv))
         args = list(argv[1:])
-        key = {tuple(gt.QUERY_ARGS): "query", tuple(gt.TOPO_ARGS): "topo", tuple(gt.P2P_ARGS): "p2p"}.get(tuple(args))
+        key = {
+            tuple(gt.QUERY_ARGS): "query",
+            tuple(gt.TOPO_ARGS): "topo",
+            tuple(gt.P2P_ARGS): "p2p",
+            tuple(gt.P2P_WRITE_ARGS): "p2p_write",
+        }.get(tuple(args))
         if key is None and args == gt.QUERY_ARGS_NO_CC:
             key = "query_no_cc"
         if key is None or key in self.fail or key not in self.answers:
@@ -162,7 +167,7 @@ class FakeNVML:
         return self._v(self._pair(a, b).get("common_ancestor"))
 
     def nvmlDeviceGetP2PStatus(self, a, b, index):
-        key = {0: "p2p_read", 2: "p2p_nvlink"}.get(index)
+        key = {0: "p2p_read", 1: "p2p_write", 2: "p2p_nvlink"}.get(index)
         return self._v(self._pair(a, b).get(key))
 
 

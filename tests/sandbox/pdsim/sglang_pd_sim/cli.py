@@ -24,9 +24,17 @@ KNOBS_HELP = """\
 simulator knobs (environment variables, never flags):
   SGLANG_SIM_STARTUP_DELAY=S    seconds of simulated weight loading; /health answers 503 meanwhile (0)
   SGLANG_SIM_TOKEN_LATENCY=S    seconds per generated token on decode (and in null mode) (0)
-  SGLANG_SIM_PREFILL_LATENCY=S  seconds a prefill takes before its KV counts as transferred (0)
+  SGLANG_SIM_PREFILL_LATENCY=S  seconds of every prefill (prefill and null mode), before its KV is sent (0)
   SGLANG_SIM_HANDOFF_TIMEOUT=S  how long decode waits for prefill's KV of a bootstrap_room (30)
   SGLANG_SIM_DEFAULT_MAX_TOKENS=N  tokens generated when the request names none (16)
+  latency model (engine.py):
+  SGLANG_SIM_PREFILL_TOKEN_LATENCY=S  prefill seconds per input token, added to PREFILL_LATENCY (0)
+  SGLANG_SIM_PREFILL_SLOTS=N    prefills computed at once, the rest queue first come first served (1; 0: no limit)
+  SGLANG_SIM_DECODE_BATCH_FACTOR=F  time per output token grows by F per extra request in the batch (0)
+  SGLANG_SIM_KV_BYTES_PER_TOKEN=N   simulated KV bytes per input token moved at a handoff (35136)
+  SGLANG_SIM_KV_TRANSFER_GBPS=G simulated KV transfer speed, GB/s; 0 = instant (20)
+  SGLANG_SIM_KV_CAPACITY_TOKENS=N   KV pool size in tokens, for sglang:token_usage (524288)
+  SGLANG_SIM_DRAIN_POLL=S       seconds between in-flight checks while draining on SIGTERM (0.05; sglang: 5)
   SGLANG_SIM_FAIL=LIST          failure injection, comma-separated:
       generate:CODE   every generation request answers HTTP CODE (e.g. generate:500)
       health:CODE     /health and /health_generate answer CODE (e.g. health:503)
@@ -319,6 +327,13 @@ class Knobs:
     prefill_latency: float = 0.0
     handoff_timeout: float = 30.0
     default_max_tokens: int = 16
+    prefill_token_latency: float = 0.0
+    prefill_slots: int = 1
+    decode_batch_factor: float = 0.0
+    kv_bytes_per_token: int = 35136
+    kv_transfer_gbps: float = 20.0
+    kv_capacity_tokens: int = 524288
+    drain_poll: float = 0.05
     architecture: str = "DeepseekV4ForCausalLM"
     fail_generate: int | None = None
     fail_health: int | None = None
@@ -356,6 +371,13 @@ def load_knobs(env=None) -> Knobs:
         prefill_latency=_env_float(env, "SGLANG_SIM_PREFILL_LATENCY", 0.0, problems),
         handoff_timeout=_env_float(env, "SGLANG_SIM_HANDOFF_TIMEOUT", 30.0, problems),
         default_max_tokens=int(_env_float(env, "SGLANG_SIM_DEFAULT_MAX_TOKENS", 16, problems)) or 16,
+        prefill_token_latency=_env_float(env, "SGLANG_SIM_PREFILL_TOKEN_LATENCY", 0.0, problems),
+        prefill_slots=int(_env_float(env, "SGLANG_SIM_PREFILL_SLOTS", 1, problems)),
+        decode_batch_factor=_env_float(env, "SGLANG_SIM_DECODE_BATCH_FACTOR", 0.0, problems),
+        kv_bytes_per_token=int(_env_float(env, "SGLANG_SIM_KV_BYTES_PER_TOKEN", 35136, problems)),
+        kv_transfer_gbps=_env_float(env, "SGLANG_SIM_KV_TRANSFER_GBPS", 20.0, problems),
+        kv_capacity_tokens=int(_env_float(env, "SGLANG_SIM_KV_CAPACITY_TOKENS", 524288, problems)) or 524288,
+        drain_poll=_env_float(env, "SGLANG_SIM_DRAIN_POLL", 0.05, problems) or 0.05,
         architecture=env.get("SGLANG_SIM_ARCH") or "DeepseekV4ForCausalLM",
         raw_fail=env.get("SGLANG_SIM_FAIL", ""),
         problems=problems,

@@ -1,0 +1,69 @@
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Filters of the plan: inventory + facts + profile -> unit specs and the problems with them.
+
+Documentation: one YAML file per filter beside this file. Logic: plugins/module_utils/plan.py, rules.py, units.py.
+"""
+
+import os
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.disagg.sglang.plugins.module_utils import plan, rules
+from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
+
+
+def host_plan(inputs):
+    """The worker units of one host and the problems with them (see plan.host_plan)."""
+    return plan.host_plan(inputs)
+
+
+def router_plan(worker_specs, inputs):
+    """The router unit of one host, built from the planned worker specs (see plan.router_plan)."""
+    return plan.router_plan(list(worker_specs), inputs)
+
+
+def pd_problems(worker_specs):
+    """What prefill and decode disagree on in the KV handoff (see plan.pd_problems)."""
+    return plan.pd_problems(list(worker_specs))
+
+
+def profile_file(name, inventory_dir, shipped_dir):
+    """{path, problems}: the first existing file sglang_profile names, or a message naming where it looked."""
+    candidates = plan.profile_candidates(name, inventory_dir, shipped_dir)
+    for path in candidates:
+        if os.path.isfile(path):
+            return {"path": path, "problems": []}
+    names = os.listdir(shipped_dir) if os.path.isdir(shipped_dir) else []
+    shipped = sorted(f[:-4] for f in names if f.endswith(".yml"))
+    return {
+        "path": None,
+        "problems": [
+            f"sglang_profile '{name}' is not a shipped profile nor a file of the inventory (looked for "
+            f"{', '.join(candidates)}); choose one of {', '.join(shipped)}, put {name}.yml into the inventory's "
+            "profiles/ directory, or give the path of a profile file"
+        ],
+    }
+
+
+def deps_problems(packages, packages_nodeps, wheelhouse=""):
+    """What is wrong with the venv's package lists (see rules.deps_problems)."""
+    return rules.deps_problems(packages, packages_nodeps, wheelhouse)
+
+
+def systemd_line(tokens):
+    """One argument line, quoted for a systemd Exec line."""
+    if isinstance(tokens, str):
+        raise AnsibleFilterError("systemd_line takes a list of tokens, not a string")
+    return " ".join(sf.systemd_quote(t) for t in tokens)
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "host_plan": host_plan,
+            "router_plan": router_plan,
+            "pd_problems": pd_problems,
+            "profile_file": profile_file,
+            "deps_problems": deps_problems,
+            "systemd_line": systemd_line,
+        }

@@ -1,0 +1,212 @@
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The plan: inventory + topology facts + profile -> every unit spec of a host, and every problem with them.
+
+Planned once per run, in the preflight play (roles/sglang_internal/tasks/plan.yml), before any host changes:
+
+    host_plan(inputs)            on each worker host: rules on the settings and instances, placement, the
+                                 worker unit specs, rules on their flags -> {units, problems, placement}
+    pd_problems(plans)           once: prefill and decode agree on what the KV handoff needs
+    router_plan(workers, inputs) on each router host: the router spec from the worker specs -> {unit, problems}
+
+Apply (units.yml, wait.yml, the router's smoke request) reads these specs and derives nothing again.
+"""
+
+from ansible_collections.disagg.sglang.plugins.module_utils import kv_rules, rules, units
+from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
+from ansible_collections.disagg.sglang.plugins.module_utils.pd_placement import PlacementError, place
+
+WORKER_ROLES = sf.WORKER_ROLES
+
+
+def settings_problems(inputs):
+    """Rules on the settings every unit of a host shares. inputs: see host_plan."""
+    s = inputs["settings"]
+    problems = rules.model_path_problems(s.get("model_path"))
+    problems += rules.health_wait_problems(s.get("health_timeout"), s.get("health_poll"))
+    problems += rules.positive_int_problems(
+        {
+            "sglang_restart_sec": s.get("restart_sec"),
+            "sglang_stop_timeout": s.get("stop_timeout"),
+            "sglang_start_limit_burst": s.get("start_limit_burst"),
+            "sglang_start_limit_interval": s.get("start_limit_interval"),
+        }
+    )
+    problems += rules.account_problems(
+        s.get("user"),
+        s.get("group"),
+        s.get("state_dir"),
+        {
+            "sglang_model_path": s.get("model_path"),
+            "sglang_venv": s.get("venv"),
+            **{f"sglang_read_write_paths[{i}]": p for i, p in enumerate(s.get("read_write_paths") or [])},
+        },
+    )
+    problems += rules.secret_problems(inputs.get("secrets") or {})
+    return problems
+
+
+def _settings(inputs, role_inputs):
+    return {
+        **inputs["settings"],
+        "inventory_host": inputs["host"],
+        "extra_flags": role_inputs.get("extra_flags") or {},
+        "extra_env": role_inputs.get("extra_env") or {},
+        "hf_token_set": bool(inputs.get("secrets", {}).get("sglang_hf_token")),
+    }
+
+
+def host_plan(inputs):
+    """Plan the worker units of one host.
+
+    inputs: {
+      host:      the inventory hostname,
+      roles:     {prefill: {instances, extra_flags, extra_env}, decode: {...}} for the roles the host is in,
+      topology:  the gpu_topology facts of the host (or None on a host without workers),
+      strict:    sglang_topology_strict,
+      profile:   the loaded profile mapping, profile_name: where it came from,
+      settings:  the shared settings (model_path, served_model_name, host, dist_init_host, advertise_address,
+                 venv, server_module, numactl_path, unit_prefix, user, group, env_dir, state_dir,
+                 read_write_paths, device_policy, device_allow, restart_sec, start_limit_burst,
+                 start_limit_interval, health_timeout, health_poll, stop_timeout),
+      secrets:   {variable: value} (only checked, never put into a spec),
+    }
+      kv_p2p_policy: sglang_kv_p2p_policy (fail | warn | off),
+    Returns {units: [spec], placement: [slot], problems: [message], warnings: [message]}; units is empty when
+    problems is not.
+    """
+    host = inputs["host"]
+    problems = settings_problems(inputs)
+    profile = inputs.get("profile")
+    profile_name = inputs.get("profile_name", "?")
+    roles = inputs.get("roles") or {}
+    if roles:
+        problems += rules.profile_problems(profile, profile_name)
+    all_instances = []
+    for role, role_inputs in roles.items():
+        instances = role_inputs.get("instances")
+        problems += rules.empty_role_problems(host, role, instances)
+        problems += rules.instance_problems(instances, role)
+        problems += rules.flags_shape_problems(role_inputs.get("extra_flags"), f"sglang_{role}_extra_flags")
+        problems += rules.env_problems(role_inputs.get("extra_env"), f"sglang_{role}_extra_env")
+        if isinstance(instances, list):
+            all_instances += [i for i in instances if isinstance(i, dict)]
+    if roles:
+        problems += rules.host_port_problems(host, all_instances)
+    if problems or not roles:
+        return {"units": [], "placement": [], "problems": problems, "warnings": []}
+
+    try:
+        placement = place(inputs["topology"], all_instances, strict=bool(inputs.get("strict")))
+    except (PlacementError, TypeError) as exc:
+        fix = ", or set sglang_topology_strict: false to accept an instance across NUMA nodes"
+        n_gpus = len((inputs.get("topology") or {}).get("gpus") or [])
+        return {
+            "units": [],
+            "placement": [],
+            "problems": [
+                f"pd_placement: {exc}. Fix sglang_prefill_instances / sglang_decode_instances of {host} (tp, or "
+                f"explicit gpus that exist, do not overlap and match tp){fix if inputs.get('strict') else ''}. "
+                f"The host has {n_gpus} GPUs"
+            ],
+            "warnings": [],
+        }
+
+    specs = []
+    for role, role_inputs in roles.items():
+        try:
+            specs += units.worker_units(
+                role_inputs["instances"], placement, profile, role, _settings(inputs, role_inputs)
+            )
+        except sf.FlagError as exc:
+            problems.append(str(exc))
+    limits = profile.get("limits") if isinstance(profile, dict) else None
+    for spec in specs:
+        problems += rules.flag_value_problems(spec, profile_name, limits)
+        problems += [m for m in kv_rules.transport_env_problems(spec["flags"], spec["env"], spec["role"])
+                     if m not in problems]  # fmt: skip
+    warnings, p2p = kv_p2p_findings(inputs, specs)
+    problems += p2p
+    return {"units": [] if problems else specs, "placement": placement, "problems": problems, "warnings": warnings}
+
+
+def kv_p2p_findings(inputs, specs):
+    """(warnings, problems) of the prefill -> decode GPU pairs of one host that cannot write peer-to-peer, as
+    sglang_kv_p2p_policy says: fail (problems, the default), warn (warnings) or off."""
+    policy = inputs.get("kv_p2p_policy", "fail")
+    policy_problems = kv_rules.p2p_policy_problems(policy)
+    if policy_problems:
+        return [], policy_problems
+    prefill = sorted({g for s in specs if s["role"] == "prefill" for g in s["gpus"]})
+    decode = sorted({g for s in specs if s["role"] == "decode" for g in s["gpus"]})
+    if policy == "off" or not prefill or not decode:
+        return [], []
+    found = kv_rules.p2p_problems((inputs.get("topology") or {}).get("p2p_pairs"), prefill, decode, inputs["host"])
+    return (found, []) if policy == "warn" else ([], found)
+
+
+def pd_problems(worker_specs):
+    """Prefill and decode of the whole deployment must agree on the KV contract (page size, KV dtype, ...)."""
+    contracts = [dict(units.kv_contract(spec), host=spec.get("host", "?")) for spec in worker_specs]
+    found = rules.kv_mismatches(contracts, units.KV_CONTRACT)
+    if not found:
+        return []
+    return [
+        ". ".join(found) + ". SGLang refuses the KV handoff between such workers at connect time: make the profile, "
+        "sglang_prefill_extra_flags / sglang_decode_extra_flags and the instances' flags agree"
+    ]
+
+
+def router_plan(worker_specs, inputs):
+    """Plan the router unit of one host from the planned worker specs of the whole deployment.
+
+    inputs: {host, settings (as host_plan's, for the service settings), flags (the router's flags, extra flags
+    merged), extra_flags (as the user gave them), env, unit, ports ({variable: value} of its listeners),
+    secrets}. The router dials each worker at the spec's url (its advertise address).
+    Returns {unit: spec or None, problems: [message]}.
+    """
+    host = inputs["host"]
+    prefills = [s for s in worker_specs if s["role"] == "prefill"]
+    decodes = [s for s in worker_specs if s["role"] == "decode"]
+    local_ports = [
+        int(s[key])
+        for s in worker_specs
+        if s.get("host") == host
+        for key in ("port", "bootstrap_port")
+        if s.get(key) is not None
+    ] + [
+        int(str(s["flags"]["dist-init-addr"]).rsplit(":", 1)[1])
+        for s in worker_specs
+        if s.get("host") == host and s["flags"].get("dist-init-addr")
+    ]
+    problems = settings_problems(inputs)
+    problems += rules.router_problems(host, prefills, decodes, inputs["ports"], sorted(local_ports))
+    problems += rules.router_flag_problems(inputs.get("extra_flags"))
+    problems += rules.flags_shape_problems(inputs.get("extra_flags"), "sglang_router_extra_flags")
+    problems += rules.env_problems(inputs.get("env"), "sglang_router_extra_env")
+    if problems:
+        return {"unit": None, "problems": problems}
+    settings = {
+        **inputs["settings"],
+        "inventory_host": host,
+        "unit": inputs.get("unit", "sglang-router"),
+        "flags": inputs["flags"],
+        "env": inputs.get("env") or {},
+        "api_key_set": bool((inputs.get("secrets") or {}).get("sglang_router_api_key")),
+        "hf_token_set": bool((inputs.get("secrets") or {}).get("sglang_hf_token")),
+    }
+    try:
+        return {"unit": units.router_unit(prefills, decodes, settings), "problems": []}
+    except sf.FlagError as exc:
+        return {"unit": None, "problems": [str(exc)]}
+
+
+def profile_candidates(name, inventory_dir, shipped_dir):
+    """Where sglang_profile may be: a file path, or NAME.yml in the inventory's profiles/ then the shipped ones."""
+    name = str(name or "")
+    if "/" in name or name.endswith((".yml", ".yaml")):
+        if name.startswith("/"):
+            return [name]
+        return [f"{inventory_dir}/{name}"] if inventory_dir else [name]
+    found = [f"{inventory_dir}/profiles/{name}.yml"] if inventory_dir else []
+    return [*found, f"{shipped_dir}/{name}.yml"]

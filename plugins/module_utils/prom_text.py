@@ -1,0 +1,68 @@
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Prometheus text exposition read back: samples of a /metrics page, and what sglang's KV transfer series say.
+
+The series are sglang 0.5.23's (sglang/srt/observability/metrics_collector.py; their list is kept in
+tests/fixtures/metrics/sglang-0.5.23-metrics.txt): on prefill the histograms sglang:kv_transfer_speed_gb_s and
+sglang:kv_transfer_latency_ms, on both roles the counters sglang:num_transfer_failed_reqs_total and
+sglang:num_bootstrap_failed_reqs_total.
+"""
+
+import re
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def samples(text):
+    """[(name, {label: value}, float)] of a Prometheus text page (comments and bad lines left out)."""
+    found = []
+    for line in (text or "").splitlines():
+        match = _SAMPLE.match(line.strip())
+        if not match or line.startswith("#"):
+            continue
+        try:
+            value = float(match.group(3))
+        except ValueError:
+            continue
+        found.append((match.group(1), dict(_LABEL.findall(match.group(2) or "")), value))
+    return found
+
+
+def total(text, name):
+    """Sum of every sample of one series (all label sets)."""
+    return sum(value for sample, _, value in samples(text) if sample == name)
+
+
+KV_SERIES = {
+    "speed_sum": "sglang:kv_transfer_speed_gb_s_sum",
+    "speed_count": "sglang:kv_transfer_speed_gb_s_count",
+    "latency_sum": "sglang:kv_transfer_latency_ms_sum",
+    "latency_count": "sglang:kv_transfer_latency_ms_count",
+    "transfer_failed": "sglang:num_transfer_failed_reqs_total",
+    "bootstrap_failed": "sglang:num_bootstrap_failed_reqs_total",
+}
+
+
+def kv_transfer_report(before, after, simulated=False):
+    """What the KV transfers between two readings of the workers' /metrics were.
+
+    before/after: {unit: metrics text} read before and after the requests (a unit missing before counts as 0).
+    Returns {transfers, gb_s, latency_ms, failed, line}: mean speed and latency of the transfers in between, the
+    failed transfers and bootstraps, and one line to print.
+    """
+    delta = dict.fromkeys(KV_SERIES, 0.0)
+    for unit, text in after.items():
+        for key, name in KV_SERIES.items():
+            delta[key] += total(text, name) - total(before.get(unit, ""), name)
+    transfers = round(delta["speed_count"])
+    gb_s = delta["speed_sum"] / delta["speed_count"] if delta["speed_count"] > 0 else None
+    latency = delta["latency_sum"] / delta["latency_count"] if delta["latency_count"] > 0 else None
+    failed = round(delta["transfer_failed"] + delta["bootstrap_failed"])
+    label = " (simulated: the workers run a simulator, not sglang)" if simulated else ""
+    if transfers:
+        line = f"KV transfer{label}: {transfers} transfer(s), {gb_s:.2f} GB/s, {latency:.2f} ms mean"
+    else:
+        line = f"KV transfer{label}: no transfer recorded in the prefill workers' metrics"
+    line += f"; {failed} failed" if failed else "; none failed"
+    return {"transfers": transfers, "gb_s": gb_s, "latency_ms": latency, "failed": failed, "line": line}

@@ -1,0 +1,301 @@
+#!/usr/bin/python
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+
+DOCUMENTATION = r"""
+---
+module: kv_transport
+short_description: Prove the KV cache path between a prefill GPU and a decode GPU (NIXL over UCX)
+version_added: "0.2.0"
+author: disagg.sglang maintainers
+description:
+  - Runs two short processes with the serving venv's Python, one holding a buffer on a prefill GPU and one
+    on a decode GPU, and WRITEs O(mib) MiB from the first into the second with NIXL's UCX backend, as
+    sglang's NIXL transfer backend pushes the KV cache. C(UCX_PROTO_INFO=y) makes UCX print the protocol it
+    chose; the module reads the lane of the GPU-to-GPU put from that table (C(cuda_ipc/cuda) is zero-copy
+    peer-to-peer, C(tcp/lo) is software emulation over TCP), the GB/s (median of O(iters) timed writes after
+    one warm-up) and counts the bytes that arrived.
+  - Fails, with the lane, the GB/s and the likely cause, when the lane is TCP, the speed is below
+    O(min_gbps), fewer bytes arrived than were written, or UCX printed no table for the put. Nothing fails
+    by itself on that slow path otherwise (measured on 2x H200 with nixl 1.5.1 - 270 GB/s over cuda_ipc,
+    0.47-0.48 GB/s over tcp/lo with C(UCX_TLS=^cuda_ipc) or C(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)).
+  - The GPUs are used briefly (about a second per pair over cuda_ipc; about 10 s per pair at 1024 MiB over
+    TCP), beside workers that may be serving. Changes nothing on the host. In check mode it only reports
+    the pairs it would probe.
+  - With O(properties), the processes run in a transient systemd unit (C(systemd-run --wait --pipe --collect))
+    with those settings, so the probe runs as the service user under the same hardening as the workers.
+  - Skips, with the reason, when the host has no GPU or the venv has no NIXL.
+options:
+  venv:
+    description: The serving venv; its C(bin/python) runs the probe and must import C(nixl) and C(torch) (or C(cupy)).
+    type: path
+    default: /opt/sglang/venv
+  pairs:
+    description:
+      - The GPU pairs to probe, C(src) writing into C(dst) (GPU indices in PCI bus order, as
+        M(disagg.sglang.gpu_topology) reports them).
+      - When not given, one pair for each class of path between O(prefill_gpus) and O(decode_gpus) (link code and
+        same or different NUMA node, from the topology facts); when those are not given either, GPU 0 -> GPU 1
+        (GPU 0 -> GPU 0 on a host with one GPU).
+    type: list
+    elements: dict
+    suboptions:
+      src:
+        description: The prefill GPU (the writer).
+        type: int
+        required: true
+      dst:
+        description: The decode GPU (the target).
+        type: int
+        required: true
+  prefill_gpus:
+    description: GPUs of the host's prefill workers (to choose O(pairs)).
+    type: list
+    elements: int
+    default: []
+  decode_gpus:
+    description: GPUs of the host's decode workers (to choose O(pairs)).
+    type: list
+    elements: int
+    default: []
+  mib:
+    description: MiB written per transfer.
+    type: float
+    default: 1024
+  iters:
+    description: Timed writes after the warm-up write.
+    type: int
+    default: 3
+  min_gbps:
+    description:
+      - The floor in GB/s (10^9 bytes per second). The TCP fallback measured 0.47-0.5 GB/s; NV18 between
+        two H200s measured 270 GB/s.
+    type: float
+    default: 10
+  env:
+    description:
+      - Environment of the probe processes; give the workers' environment (their C(UCX_*) and
+        C(PYTORCH_CUDA_ALLOC_CONF) settings decide the lane). C(UCX_PROTO_INFO=y) is always set;
+        C(CUDA_VISIBLE_DEVICES) is dropped in the probe (GPUs are named by host index, C(CUDA_DEVICE_ORDER=PCI_BUS_ID)).
+    type: dict
+    default: {}
+  properties:
+    description:
+      - systemd unit settings (C(Key=Value)) for a transient unit that runs the probe, such as the worker
+        template's C(User=), C(ProtectSystem=), C(PrivateTmp=), C(DeviceAllow=) lines. Not given, the probe runs
+        as the module's user without a unit.
+    type: list
+    elements: str
+  timeout:
+    description: Seconds one pair's probe may take before it counts as failed.
+    type: int
+    default: 120
+  sysfs_root:
+    description: Passed to the topology code (tests and simulated hosts).
+    type: path
+    default: /
+  nvidia_smi_path:
+    description: Path of C(nvidia-smi) for the topology code; looked up when not given.
+    type: path
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+notes:
+  - The probe program is C(plugins/module_utils/kv_probe_worker.py), passed to Python with C(-c); parsing and
+    verdict are in C(plugins/module_utils/kv_transport.py), unit-tested on tables captured on an H200
+    (C(tests/fixtures/kv_transport)).
+  - Pairs across hosts are not probed by this module.
+requirements:
+  - NIXL (C(nixl) and C(nixl-cu13)) and C(torch) or C(cupy) in O(venv); an NVIDIA GPU.
+"""
+
+EXAMPLES = r"""
+- name: Prove the KV path GPU 0 -> GPU 1 with the defaults
+  disagg.sglang.kv_transport:
+    venv: /opt/sglang/venv
+    pairs: [{src: 0, dst: 1}]
+    min_gbps: 200
+
+- name: One pair per path class between the placed workers, as the service user under the units' hardening
+  disagg.sglang.kv_transport:
+    venv: "{{ sglang_venv }}"
+    prefill_gpus: [0, 1, 2, 3]
+    decode_gpus: [4, 5, 6, 7]
+    min_gbps: "{{ sglang_kv_min_gbps }}"
+    env: {UCX_TLS: "cuda_ipc,cuda_copy,tcp"}
+    properties:
+      - User=sglang
+      - ProtectSystem=strict
+      - PrivateTmp=yes
+"""
+
+RETURN = r"""
+pairs:
+  description: One verdict per probed pair.
+  returned: when the probe ran
+  type: list
+  elements: dict
+  contains:
+    src: {description: The writer GPU., type: int, returned: always}
+    dst: {description: The target GPU., type: int, returned: always}
+    ok: {description: Whether the pair passed., type: bool, returned: always}
+    lane:
+      description: "UCX's lane for the GPU->GPU put (C(cuda_ipc/cuda), C(tcp/lo), ...)."
+      type: str
+      returned: always
+    lane_kind: {description: "V(cuda_ipc), V(rdma), V(tcp), V(emulated) or V(other).", type: str, returned: always}
+    protocol:
+      description: "UCX's protocol description (V(zero-copy), V(software emulation), ...)."
+      type: str
+      returned: always
+    gbps: {description: GB/s (10^9 bytes/s) of the median timed write., type: float, returned: always}
+    bytes: {description: Bytes written per transfer., type: int, returned: always}
+    bytes_verified: {description: Bytes that held the written pattern on the target., type: int, returned: always}
+    seconds: {description: The timed writes., type: list, elements: float, returned: always}
+    allocator:
+      description: What allocated the VRAM (torch and its allocator settings, or cupy).
+      type: str
+      returned: always
+    message: {description: The verdict in words (lane, GB/s, likely cause)., type: str, returned: always}
+  sample:
+    - src: 0
+      dst: 1
+      ok: true
+      lane: cuda_ipc/cuda
+      lane_kind: cuda_ipc
+      protocol: zero-copy
+      gbps: 270.1
+      bytes: 1073741824
+      bytes_verified: 1073741824
+skipped_reason:
+  description: Why the probe did not run (no GPU, no venv, no NIXL).
+  returned: when skipped
+  type: str
+planned:
+  description: The pairs that would be probed (check mode) or were.
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.disagg.sglang.plugins.module_utils import kv_probe_worker  # noqa: F401 (shipped for -c)
+from ansible_collections.disagg.sglang.plugins.module_utils import kv_transport as kt
+from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology import NVIDIA_SMI_DIRS, gather
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "venv": {"type": "path", "default": "/opt/sglang/venv"},
+            "pairs": {
+                "type": "list",
+                "elements": "dict",
+                "options": {"src": {"type": "int", "required": True}, "dst": {"type": "int", "required": True}},
+            },
+            "prefill_gpus": {"type": "list", "elements": "int", "default": []},
+            "decode_gpus": {"type": "list", "elements": "int", "default": []},
+            "mib": {"type": "float", "default": 1024},
+            "iters": {"type": "int", "default": 3},
+            "min_gbps": {"type": "float", "default": 10},
+            "env": {"type": "dict", "default": {}},
+            "properties": {"type": "list", "elements": "str"},
+            "timeout": {"type": "int", "default": 120},
+            "sysfs_root": {"type": "path", "default": "/"},
+            "nvidia_smi_path": {"type": "path"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    problems = kt.check_properties(p["properties"])
+    if problems:
+        module.fail_json(msg="; ".join(problems))
+
+    def skip(reason, planned=None):
+        module.exit_json(changed=False, skipped=True, skipped_reason=reason, msg=reason, planned=planned or [])
+
+    python = os.path.join(p["venv"], "bin", "python")
+    if not os.access(python, os.X_OK):
+        skip(f"KV transport probe skipped: {python} does not exist (venv {p['venv']} not installed)")
+    smi = p["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=NVIDIA_SMI_DIRS)
+
+    def runner(argv):
+        try:
+            return module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"}, handle_exceptions=False)
+        except OSError as exc:  # nvidia-smi missing or not executable: the topology code says "no GPU"
+            return 127, "", str(exc)
+
+    facts = gather(sysfs_root=p["sysfs_root"], nvidia_smi_path=smi, runner=runner)
+    indices = [g["index"] for g in facts["gpus"]]
+    if not indices:
+        skip(f"KV transport probe skipped: no GPU on this host ({facts['reason']})")
+    if p["pairs"]:
+        planned = [{"src": x["src"], "dst": x["dst"]} for x in p["pairs"]]
+    elif p["prefill_gpus"] and p["decode_gpus"]:
+        planned = kt.pair_classes(facts, p["prefill_gpus"], p["decode_gpus"])
+    else:
+        planned = [{"src": indices[0], "dst": indices[1] if len(indices) > 1 else indices[0]}]
+    unknown = sorted({g for x in planned for g in (x["src"], x["dst"])} - set(indices))
+    if unknown:
+        module.fail_json(msg=f"kv_transport: GPU(s) {unknown} not on this host (it has {indices})", planned=planned)
+
+    rc, out, err = module.run_command([python, "-c", "import nixl._api"])
+    if rc != 0:
+        why = (err or out).strip().splitlines()[-1:] or ["no output"]
+        skip(f"KV transport probe skipped: NIXL does not import in {p['venv']} ({why[0]})", planned)
+    rc, _, _ = module.run_command(
+        [
+            python,
+            "-c",
+            "import importlib.util as u, sys; sys.exit(0 if u.find_spec('torch') or u.find_spec('cupy') else 3)",
+        ]
+    )
+    if rc != 0:
+        skip(f"KV transport probe skipped: neither torch nor cupy in {p['venv']} to hold VRAM buffers", planned)
+    if module.check_mode:
+        module.exit_json(changed=False, planned=planned, msg=f"would probe {len(planned)} pair(s)")
+
+    source = kt.worker_source()
+    systemd_run = None
+    if p["properties"] is not None:
+        systemd_run = module.get_bin_path("systemd-run", required=True)
+    results = []
+    for pair in planned:
+        args = kt.probe_args(pair["src"], pair["dst"], p["mib"], p["iters"], p["timeout"])
+        if systemd_run:
+            argv = kt.probe_argv(
+                python,
+                source,
+                args,
+                properties=p["properties"],
+                env=p["env"],
+                unit=f"disagg-kv-probe-{pair['src']}-{pair['dst']}-{os.getpid()}",
+                systemd_run=systemd_run,
+            )
+            env_update = {}
+        else:
+            argv = kt.probe_argv(python, source, args)
+            env_update = dict(p["env"])
+        t0 = time.monotonic()
+        rc, out, err = module.run_command(argv, environ_update=env_update)
+        verdict = kt.decide(out + "\n" + err, p["min_gbps"], pair["src"], pair["dst"], p["env"])
+        verdict.update({k: v for k, v in pair.items() if k in ("link", "numa")})
+        verdict["rc"] = rc
+        verdict["wall_s"] = round(time.monotonic() - t0, 2)
+        results.append(verdict)
+
+    failed = [r for r in results if not r["ok"]]
+    used = sum(r["wall_s"] for r in results)
+    summary = f"{len(results) - len(failed)} of {len(results)} pair(s) passed; GPUs used for {used:.1f} s"
+    if failed:
+        module.fail_json(msg=summary + ": " + " | ".join(r["message"] for r in failed), pairs=results, planned=planned)
+    module.exit_json(changed=False, pairs=results, planned=planned, msg=summary)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""Import the collection's module_utils from a plain script, as Ansible names them.
+
+The module_utils files import each other as `ansible_collections.disagg.sglang.plugins.module_utils.*`;
+a script run from the checkout (the device machine has no Ansible) gets those names from a temporary
+folder holding `ansible_collections/disagg/sglang` -> the checkout, put first on sys.path.
+"""
+
+import importlib
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+_ROOT = None
+
+
+def collections_root():
+    """The folder that holds ansible_collections/disagg/sglang -> REPO (made once per process)."""
+    global _ROOT  # noqa: PLW0603 (one link per process)
+    if _ROOT is None:
+        root = Path(tempfile.mkdtemp(prefix="disagg-collections-"))
+        link = root / "ansible_collections" / "disagg" / "sglang"
+        link.parent.mkdir(parents=True)
+        link.symlink_to(REPO)
+        _ROOT = root
+        sys.path.insert(0, str(root))
+    return _ROOT
+
+
+def module_utils(name):
+    """The collection's plugins/module_utils/<name>.py as a module."""
+    collections_root()
+    return importlib.import_module(f"ansible_collections.disagg.sglang.plugins.module_utils.{name}")

@@ -1,0 +1,120 @@
+"""Run simulators as subprocesses on loopback for tests (tests/unit/test_pdsim_*.py). Not part of the wheel.
+
+Every wait is bounded; every process started is stopped by `SimPool.close()` (SIGKILL after a grace).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+PDSIM_SRC = Path(__file__).resolve().parent
+if str(PDSIM_SRC) not in sys.path:
+    sys.path.insert(0, str(PDSIM_SRC))
+
+# loopback only: never through a proxy named in the environment
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+PROXY_VARS = {"http_proxy", "https_proxy", "all_proxy"}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(method: str, url: str, body=None, timeout: float = 10.0):
+    """(status, parsed JSON or text); HTTP errors are answers, not exceptions."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with DIRECT.open(req, timeout=timeout) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    try:
+        return status, json.loads(raw) if raw else None
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
+class Sim:
+    def __init__(self, popen: subprocess.Popen, port: int, bootstrap: int | None, log_path: Path):
+        self.popen = popen
+        self.port = port
+        self.bootstrap = bootstrap
+        self.log_path = log_path
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def wait_healthy(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"simulator exited {self.popen.returncode}:\n{self.log()[-2000:]}")
+            try:
+                if http("GET", self.url("/health"), timeout=1)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"simulator not healthy after {timeout}s:\n{self.log()[-2000:]}")
+
+    def metrics_text(self) -> str:
+        status, text = http("GET", self.url("/metrics"))
+        if status != 200:
+            raise AssertionError(f"/metrics answered {status}: {text!r}")
+        return text
+
+
+class SimPool:
+    def __init__(self, tmp_path: Path):
+        self.tmp_path = tmp_path
+        self.sims: list[Sim] = []
+
+    def start(self, role: str = "null", *extra: str, env: dict | None = None, healthy: bool = True) -> Sim:
+        port = free_port()
+        argv = [sys.executable, "-m", "sglang_pd_sim", "serve", "--model-path", "/models/sim",
+                "--served-model-name", "sim", "--host", "127.0.0.1", "--port", str(port),
+                "--disaggregation-mode", role]  # fmt: skip
+        bootstrap = None
+        if role == "prefill":
+            bootstrap = free_port()
+            argv += ["--disaggregation-bootstrap-port", str(bootstrap)]
+        full_env = {k: v for k, v in os.environ.items() if k.lower() not in PROXY_VARS}
+        full_env = {k: v for k, v in full_env.items() if not k.startswith(("SGLANG_SIM_", "SGL_"))}
+        full_env.update(env or {})
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PDSIM_SRC), full_env.get("PYTHONPATH")]))
+        log_path = self.tmp_path / f"sim-{role}-{port}.log"
+        with open(log_path, "wb") as log:
+            popen = subprocess.Popen([*argv, *extra], stdout=log, stderr=subprocess.STDOUT, env=full_env)
+        sim = Sim(popen, port, bootstrap, log_path)
+        self.sims.append(sim)
+        if healthy:
+            sim.wait_healthy()
+        return sim
+
+    def close(self) -> None:
+        for sim in self.sims:
+            if sim.popen.poll() is None:
+                sim.popen.send_signal(signal.SIGINT)  # SIGINT stops at once; SIGTERM would drain
+                try:
+                    sim.popen.wait(5)
+                except subprocess.TimeoutExpired:
+                    sim.popen.kill()
+                    sim.popen.wait(5)

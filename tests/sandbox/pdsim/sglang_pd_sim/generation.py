@@ -1,0 +1,386 @@
+"""Generation routes of the worker (/generate, /v1/completions, /v1/chat/completions), JSON or SSE.
+
+A prefill records each request's bootstrap_room, marks its KV transferred after SGLANG_SIM_PREFILL_LATENCY
+and answers with its first token (as SGLang's prefill does); a decode first waits for that KV (handoff.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+import uuid
+
+from sglang_pd_sim.engine import kv_transfer
+from sglang_pd_sim.handoff import HandoffError, HandoffMixin
+from sglang_pd_sim.httpbase import ClientGone
+from sglang_pd_sim.state import as_room
+from sglang_pd_sim.textgen import count_prompt_tokens, fake_tokens, prompt_key
+
+log = logging.getLogger("sglang_pd_sim")
+
+MAX_TOKENS_CAP = 65536
+
+
+class GenerationMixin(HandoffMixin):
+    # --- generation ---
+    def error(self, kind: str, status: int, message: str) -> None:
+        if kind == "generate":
+            body = {"error": {"message": message}}
+        else:
+            etype = {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}.get(
+                status, "InternalServerError"
+            )
+            body = {"object": "error", "message": message, "type": etype, "param": None, "code": status}
+        self.send_json(status, body)
+
+    def generation(self, kind: str) -> None:
+        st = self.state
+        raw = self.read_body()
+        try:
+            req = json.loads(raw or b"{}")
+            if not isinstance(req, dict):
+                raise ValueError("request body must be a JSON object")
+        except ValueError as exc:
+            self.error(kind, 400, f"Invalid request body: {exc}")
+            return
+        rid = req.get("rid")
+        self._rid = rid if isinstance(rid, str) else uuid.uuid4().hex
+        room = req.get("bootstrap_room")
+        self._room = room
+        if st.knobs.fail_generate is not None:
+            self._note = "simulated-failure"
+            self.error(kind, st.knobs.fail_generate, "Simulated failure (SGLANG_SIM_FAIL)")
+            self.after_generation()
+            return
+
+        prompt, max_tokens, stream = self.gen_params(kind, req)
+        if max_tokens is None:
+            max_tokens = st.knobs.default_max_tokens
+        try:
+            max_tokens = max(0, min(int(max_tokens), MAX_TOKENS_CAP))
+        except (TypeError, ValueError):
+            self.error(kind, 400, f"max tokens must be an integer, got {max_tokens!r}")
+            return
+        rooms = room if isinstance(room, list) else [room]
+        if st.role in ("prefill", "decode") and any(as_room(r) is None for r in rooms):
+            self.error(kind, 400, f"Disaggregated request received without bootstrap room id. rid={self._rid}")
+            return
+
+        batch = self.is_batch(kind, prompt)
+        prompts = prompt if batch else [prompt]
+        input_tokens = sum(count_prompt_tokens(p) for p in prompts)
+        with st.lock:
+            st.inflight += 1
+        t0 = time.time()
+        held = 0  # null mode: KV tokens its prefill left in the pool for the decode steps
+        try:
+            if st.role in ("prefill", "null"):
+                if st.role == "prefill":
+                    for r in rooms:
+                        st.kv_seen(as_room(r), self._rid)
+                with st.engine.prefill(input_tokens, st.stop) as queued:
+                    st.metrics.queued(queued)
+                if st.role == "prefill":
+                    self.hand_off([as_room(r) for r in rooms], input_tokens)
+                    max_tokens = min(max_tokens, 1)  # a prefill worker answers after its first token
+                else:
+                    held = input_tokens
+            else:
+                try:
+                    with st.engine.awaiting():
+                        for r in rooms:
+                            self.wait_for_kv(req.get("bootstrap_host"), req.get("bootstrap_port"), as_room(r))
+                except HandoffError as exc:
+                    st.metrics.handoff_failed(exc.phase)
+                    st.metrics.finished(
+                        prompt_tokens=input_tokens, completion_tokens=0, e2e=time.time() - t0, stream=stream
+                    )
+                    self._note = "handoff-failed"
+                    log.warning("%s", exc)
+                    self.error(kind, 500, str(exc))
+                    return
+            self.respond(kind, req, prompts, batch, max_tokens=max_tokens, stream=stream, t0=t0, held=held)
+        except ClientGone:
+            if not self._finished:  # sglang aborts a request whose client went away, and counts it
+                st.metrics.aborted()
+            raise
+        finally:
+            with st.lock:
+                st.inflight -= 1
+            self.after_generation()
+
+    def hand_off(self, rooms: list[int], input_tokens: int) -> None:
+        """Prefill: move the KV to decode (simulated time and size), then mark the rooms transferred."""
+        st = self.state
+        try:
+            if st.knobs.handoff_drop:
+                st.metrics.handoff_failed("transfer")
+                return
+            nbytes, seconds = kv_transfer(st.knobs, input_tokens)
+            with st.engine.transfer():
+                if seconds > 0:
+                    st.stop.wait(seconds)
+            st.metrics.kv_transfer(nbytes, seconds)
+            for room in rooms:
+                st.kv_done(room)
+        finally:
+            st.engine.release(input_tokens)  # the prefill's KV leaves its pool once sent
+
+    def after_generation(self) -> None:
+        st = self.state
+        with st.lock:
+            st.generations += 1
+            count = st.generations
+        if st.knobs.crash_after is not None and count >= st.knobs.crash_after:
+            log.error("SGLANG_SIM_FAIL crash-after:%d reached: simulated crash (exit 1)", st.knobs.crash_after)
+            logging.shutdown()
+            os._exit(1)
+
+    @staticmethod
+    def gen_params(kind: str, req: dict):
+        if kind == "generate":
+            prompt = req.get("text")
+            if prompt is None:
+                prompt = req.get("input_ids")
+            sp = req.get("sampling_params") or {}
+            max_tokens = sp.get("max_new_tokens") if isinstance(sp, dict) else None
+        elif kind == "completion":
+            prompt = req.get("prompt")
+            max_tokens = req.get("max_tokens")
+        else:
+            prompt = [
+                {"role": m.get("role"), "content": m.get("content")}
+                for m in (req.get("messages") or [])
+                if isinstance(m, dict)
+            ]
+            max_tokens = req.get("max_completion_tokens")
+            if max_tokens is None:
+                max_tokens = req.get("max_tokens")
+        return prompt, max_tokens, bool(req.get("stream"))
+
+    @staticmethod
+    def is_batch(kind: str, prompt) -> bool:
+        """/generate with a list of prompts (not a list of token ids) answers a list."""
+        return bool(
+            kind == "generate" and isinstance(prompt, list) and prompt and not all(isinstance(x, int) for x in prompt)
+        )
+
+    def token_steps(self, n: int, held: dict, t0: float, stream: bool, items: int):
+        """Yield after each simulated decode step; observe time to first token and inter-token latency per item,
+        as TokenizerManager.collect_metrics (sglang/srt/managers/tokenizer_manager.py) does."""
+        st = self.state
+        last = None
+        for i in range(n):
+            if st.role != "prefill":
+                st.engine.step(held, items)
+            now = time.time()
+            for _ in range(items):
+                if last is None:
+                    st.metrics.first_token(now - t0, stream)
+                else:
+                    st.metrics.inter_token(now - last, 1)
+            if last is None:
+                self._first_token_at = now
+            last = now
+            yield i
+
+    def finish_metrics(self, outputs, t0: float, stream: bool) -> float:
+        st = self.state
+        now = time.time()
+        self._finished = True
+        first = self._first_token_at
+        for _, toks, prompt_tokens in outputs:
+            st.metrics.finished(
+                prompt_tokens=prompt_tokens,
+                completion_tokens=len(toks),
+                e2e=now - t0,
+                stream=stream,
+                decode_s=(now - first) if first is not None else None,
+            )
+        return now - t0
+
+    def respond(self, kind: str, req: dict, prompts: list, batch: bool, *, max_tokens: int, stream: bool, t0: float,
+                held: int) -> None:  # fmt: skip
+        st = self.state
+        outputs = [(p, fake_tokens(prompt_key(p), max_tokens), count_prompt_tokens(p)) for p in prompts]
+        if st.role == "prefill":  # one token, no decode batch, no KV kept
+            decoding = contextlib.nullcontext({"tokens": 0})
+        else:  # a decode's KV arrives now; null mode's is in the pool since its prefill
+            decoding = st.engine.decode(held, 0 if held else sum(o[2] for o in outputs))
+        with decoding as slot:
+            self.send_outputs(kind, req, outputs, batch, stream=stream, t0=t0, slot=slot)
+
+    def send_outputs(self, kind: str, req: dict, outputs: list, batch: bool, *, stream: bool, t0: float,
+                     slot: dict) -> None:  # fmt: skip
+        st = self.state
+        prompt_tokens = outputs[0][2]
+        toks = outputs[0][1]
+        self._note = (self._note + f" prompt_tokens={prompt_tokens} completion_tokens={len(toks)}").strip()
+        model = req.get("model") or st.model_name
+        created = int(time.time())
+        finish = "length"
+
+        if not stream:
+            for _ in self.token_steps(len(toks), slot, t0, stream, len(outputs)):
+                pass
+            e2e = self.finish_metrics(outputs, t0, stream)
+            if kind == "generate":
+                items = [self.generate_item(toks_, pt, e2e, done=True) for (_, toks_, pt) in outputs]
+                self.send_json(200, items if batch else items[0])
+            elif kind == "completion":
+                text = "".join(p for _, p in toks)
+                self.send_json(
+                    200,
+                    {
+                        "id": self._rid,
+                        "object": "text_completion",
+                        "created": created,
+                        "model": model,
+                        "choices": [
+                            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "matched_stop": None}
+                        ],
+                        "usage": self.usage(prompt_tokens, len(toks)),
+                    },
+                )
+            else:
+                text = "".join(p for _, p in toks)
+                self.send_json(
+                    200,
+                    {
+                        "id": self._rid,
+                        "object": "chat.completion",
+                        "created": created,
+                        "model": model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {
+                                    "role": "assistant",
+                                    "content": text,
+                                    "reasoning_content": None,
+                                    "tool_calls": None,
+                                },
+                                "logprobs": None,
+                                "finish_reason": finish,
+                                "matched_stop": None,
+                            }
+                        ],
+                        "usage": self.usage(prompt_tokens, len(toks)),
+                    },
+                )
+            return
+
+        # streaming (SSE over chunked transfer encoding)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        include_usage = (
+            bool((req.get("stream_options") or {}).get("include_usage"))
+            if isinstance(req.get("stream_options"), dict)
+            else False
+        )
+        if kind == "chat":
+            self.sse(self.chat_chunk(model, created, {"role": "assistant", "content": ""}, None))
+        for i in self.token_steps(len(toks), slot, t0, stream, len(outputs)):
+            last = i == len(toks) - 1
+            if kind == "generate":
+                self.sse(self.generate_item(toks[: i + 1], prompt_tokens, time.time() - t0, done=last))
+            elif kind == "completion":
+                self.sse(
+                    {
+                        "id": self._rid,
+                        "object": "text_completion",
+                        "created": created,
+                        "model": model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "text": toks[i][1],
+                                "logprobs": None,
+                                "finish_reason": finish if last else None,
+                                "matched_stop": None,
+                            }
+                        ],
+                        "usage": None,
+                    }
+                )
+            else:
+                self.sse(self.chat_chunk(model, created, {"role": None, "content": toks[i][1]}, None))
+        if kind == "generate" and not toks:
+            self.sse(self.generate_item([], prompt_tokens, time.time() - t0, done=True))
+        if kind == "chat":
+            self.sse(self.chat_chunk(model, created, {"role": None, "content": None}, finish))
+        if kind != "generate" and include_usage:
+            obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+            self.sse(
+                {
+                    "id": self._rid,
+                    "object": obj,
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": self.usage(prompt_tokens, len(toks)),
+                }
+            )
+        self.finish_metrics(outputs, t0, stream)
+        self.write_chunk(b"data: [DONE]\n\n")
+        self.write_chunk(b"")
+
+    def generate_item(self, toks, prompt_tokens: int, e2e: float, done: bool) -> dict:
+        n = len(toks)
+        return {
+            "text": "".join(p for _, p in toks),
+            "output_ids": [t for t, _ in toks],
+            "meta_info": {
+                "id": self._rid,
+                "finish_reason": {"type": "length", "length": n} if done else None,
+                "prompt_tokens": prompt_tokens,
+                "weight_version": self.state.args.weight_version,
+                "total_retractions": 0,
+                "completion_tokens": n,
+                "cached_tokens": 0,
+                "e2e_latency": round(e2e, 6),
+            },
+        }
+
+    def chat_chunk(self, model, created, delta, finish) -> dict:
+        return {
+            "id": self._rid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {**delta, "reasoning_content": None, "tool_calls": None},
+                    "logprobs": None,
+                    "finish_reason": finish,
+                    "matched_stop": None,
+                }
+            ],
+            "usage": None,
+        }
+
+    @staticmethod
+    def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+        return {
+            "prompt_tokens": prompt_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "completion_tokens": completion_tokens,
+            "prompt_tokens_details": None,
+        }
+
+    def sse(self, obj) -> None:
+        self.write_chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+    def write_chunk(self, data: bytes) -> None:
+        try:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+        except OSError as exc:
+            raise ClientGone() from exc

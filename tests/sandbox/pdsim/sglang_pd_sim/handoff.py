@@ -1,0 +1,90 @@
+"""PD handoff on a decode: wait for the prefill's KV of a bootstrap_room, check both sides agree.
+
+The decode polls the prefill's bootstrap server (GET /sim/kv/<room> at bootstrap_host:bootstrap_port) until
+that room is transferred, checks that both sides agree on page size, KV dtype and transfer backend, and
+otherwise fails after SGLANG_SIM_HANDOFF_TIMEOUT, as SGLang aborts a request whose KV transfer failed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+from sglang_pd_sim.httpbase import BaseHandler
+
+POLL_INTERVAL = 0.02
+# decode talks to a prefill directly, never through an HTTP proxy from the environment
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class HandoffError(Exception):
+    """The KV of a bootstrap_room never arrived (or arrived incompatible).
+
+    phase: "bootstrap" (never connected, or the two sides disagree: sglang counts
+    sglang:num_bootstrap_failed_reqs_total) or "transfer" (the prefill had the room, its KV never
+    arrived: sglang:num_transfer_failed_reqs_total), as sglang/srt/disaggregation/decode.py counts them.
+    """
+
+    def __init__(self, message: str, phase: str = "bootstrap"):
+        super().__init__(message)
+        self.phase = phase
+
+
+class HandoffMixin(BaseHandler):
+    def wait_for_kv(self, host, port, room: int) -> None:
+        st = self.state
+        timeout = st.knobs.handoff_timeout
+        if not host:
+            raise HandoffError(f"KVTransferError(bootstrap_room={room}): request {self._rid} has no bootstrap_host")
+        port = port if port not in (None, "") else 8998  # a null bootstrap_port: SGLang's default
+        netloc = f"[{host}]:{port}" if ":" in str(host) and not str(host).startswith("[") else f"{host}:{port}"
+        deadline = time.monotonic() + timeout
+        phase, why = "Bootstrapping", "no answer from the prefill bootstrap server"
+        while True:
+            wait = max(0.0, min(1.0, deadline - time.monotonic()))  # long-poll: answered as soon as KV lands
+            url = f"http://{netloc}/sim/kv/{room}?wait={wait:.3f}"
+            try:
+                with DIRECT.open(url, timeout=wait + 2.0) as resp:
+                    data = json.loads(resp.read() or b"{}")
+                if data.get("state") == "transferred":
+                    self.check_compat(data.get("handoff") or {}, room, netloc)
+                    self._note = f"handoff={1000 * (time.monotonic() - deadline + timeout):.0f}ms"
+                    return
+                phase, why = "WaitingForInput", "prefill has the room but its KV transfer has not completed"
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    try:
+                        self.check_compat((json.loads(exc.read() or b"{}")).get("handoff") or {}, room, netloc)
+                    except ValueError:
+                        pass
+                    phase, why = "Bootstrapping", "prefill has not seen this bootstrap_room"
+                else:
+                    why = f"bootstrap server answered HTTP {exc.code}"
+            except (OSError, ValueError) as exc:
+                phase, why = "Bootstrapping", f"cannot reach prefill bootstrap server: {exc}"
+            if time.monotonic() >= deadline:
+                raise HandoffError(
+                    f"KVTransferError(bootstrap_room={room}): Request {self._rid} timed out after {timeout:.1f}s "
+                    f"in KVPoll.{phase} (bootstrap server {netloc}: {why})",
+                    "transfer" if phase == "WaitingForInput" else "bootstrap",
+                )
+            if st.stop.is_set():
+                raise HandoffError(f"KVTransferError(bootstrap_room={room}): server is shutting down")
+            time.sleep(POLL_INTERVAL)
+
+    def check_compat(self, prefill: dict, room: int, netloc: str) -> None:
+        st = self.state
+        ours = st.handoff_info()
+        if prefill.get("disaggregation_mode") not in (None, "prefill"):
+            raise HandoffError(
+                f"KVTransferError(bootstrap_room={room}): {netloc} is a {prefill.get('disaggregation_mode')} "
+                "worker, not a prefill bootstrap server"
+            )
+        for key in ("page_size", "kv_cache_dtype", "transfer_backend"):
+            if key in prefill and prefill[key] != ours[key]:
+                raise HandoffError(
+                    f"KVTransferError(bootstrap_room={room}): {key} mismatch between prefill ({prefill[key]}) "
+                    f"and decode ({ours[key]}); set the same value on both roles"
+                )

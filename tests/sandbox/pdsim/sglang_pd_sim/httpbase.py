@@ -1,0 +1,212 @@
+"""HTTP plumbing common to both listeners: the threaded server, request bookkeeping, the /sim/* debug routes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from sglang_pd_sim import __version__
+from sglang_pd_sim.state import SimState, as_room
+
+log = logging.getLogger("sglang_pd_sim")
+
+
+class ClientGone(Exception):
+    """The client closed the connection mid-stream."""
+
+
+class SimHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, addr, handler, state: SimState, listener: str):
+        self.state = state
+        self.listener = listener
+        if ":" in addr[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(addr, handler)
+
+    def handle_error(self, request, client_address):
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            log.debug("connection from %s ended: %r", client_address, exc)
+        else:
+            log.exception("unhandled error serving %s", client_address)
+
+
+class BaseHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "sglang-pd-sim/" + __version__
+    sys_version = ""
+    timeout = 120  # idle keep-alive connections go away eventually
+
+    server: SimHTTPServer
+
+    # --- plumbing ---
+    @property
+    def state(self) -> SimState:
+        return self.server.state
+
+    def reset_request_state(self) -> None:
+        # one handler object serves every request of a keep-alive connection
+        self._status = None
+        self._room = None
+        self._rid = None
+        self._note = ""
+        self._first_token_at = None  # generation: when the first token was produced
+        self._finished = False  # generation: the request ran to its end (a later disconnect is no abort)
+
+    def send_response(self, code, message=None):
+        self._status = code
+        super().send_response(code, message)
+
+    def log_message(self, format, *args):
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def send_bytes(self, status: int, body: bytes, ctype: str, extra: dict | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def send_json(self, status: int, obj, extra: dict | None = None) -> None:
+        self.send_bytes(status, json.dumps(obj).encode(), "application/json", extra)
+
+    def send_text(self, status: int, text: str, ctype: str = "text/plain; charset=utf-8") -> None:
+        self.send_bytes(status, text.encode(), ctype)
+
+    def dispatch(self) -> None:
+        t0 = time.time()
+        self.reset_request_state()
+        path = urlsplit(self.path).path
+        try:
+            self.route(path)
+        except (BrokenPipeError, ConnectionResetError, ClientGone):
+            self.close_connection = True
+            self._note = (self._note + " client-gone").strip()
+        except Exception as exc:  # a bug in the simulator must not look like a hung worker
+            log.exception("internal error on %s %s", self.command, path)
+            if self._status is None:
+                self.send_json(500, {"error": {"message": f"simulator error: {exc!r}"}})
+        finally:
+            if not path.startswith("/sim/"):
+                self.finish_request(path, t0)
+
+    def finish_request(self, path: str, t0: float) -> None:
+        dt = time.time() - t0
+        status = self._status if self._status is not None else 0
+        self.state.record(
+            {
+                "time": t0,
+                "method": self.command,
+                "path": path,
+                "status": status,
+                "bootstrap_room": self._room,
+                "rid": self._rid,
+                "role": self.state.role,
+                "listener": self.server.listener,
+                "duration_s": round(dt, 6),
+            }
+        )
+        extra = f" room={self._room}" if self._room is not None else ""
+        extra += f" rid={self._rid}" if self._rid else ""
+        extra += f" {self._note}" if self._note else ""
+        log.info(
+            "%s %s %s %s %d %.1fms%s",
+            self.server.listener,
+            self.client_address[0],
+            self.command,
+            path,
+            status,
+            dt * 1000,
+            extra,
+        )
+
+    def do_GET(self):
+        self.dispatch()
+
+    def do_POST(self):
+        self.dispatch()
+
+    def do_PUT(self):
+        self.dispatch()
+
+    def do_DELETE(self):
+        self.dispatch()
+
+    def do_HEAD(self):
+        self.dispatch()
+
+    def route(self, path: str) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def sim_routes(self, path: str) -> bool:
+        """Debug endpoints on every listener."""
+        if path == "/sim/requests" and self.command == "GET":
+            qs = parse_qs(urlsplit(self.path).query)
+            with self.state.lock:
+                records = list(self.state.records)
+            if "path" in qs:
+                records = [r for r in records if r["path"] in qs["path"]]
+            if "listener" in qs:
+                records = [r for r in records if r["listener"] in qs["listener"]]
+            self.send_json(200, records)
+            return True
+        if path == "/sim/config" and self.command == "GET":
+            self.send_json(
+                200,
+                {
+                    "role": self.state.role,
+                    "ready": self.state.ready.is_set(),
+                    "knobs": self.state.knobs.as_dict(),
+                    "handoff": self.state.handoff_info(),
+                    "pid": os.getpid(),
+                },
+            )
+            return True
+        if path == "/sim/kv" and self.command == "GET":
+            with self.state.lock:
+                self.send_json(200, list(self.state.kv.values()))
+            return True
+        if path.startswith("/sim/kv/") and self.command == "GET":
+            room = as_room(path.rsplit("/", 1)[1])
+            try:
+                wait = float((parse_qs(urlsplit(self.path).query).get("wait") or ["0"])[0])
+            except ValueError:
+                wait = 0.0
+            entry = self.state.kv_get(room, wait) if room is not None else None
+            body = {"handoff": self.state.handoff_info()}
+            if entry is None:
+                body.update(bootstrap_room=room, state="unknown")
+                self.send_json(404, body)
+            else:
+                body.update(entry)
+                self.send_json(200, body)
+            return True
+        return False

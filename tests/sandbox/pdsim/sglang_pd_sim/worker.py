@@ -1,0 +1,71 @@
+"""The worker's HTTP API on --port: routing and auth; the routes themselves live in the mixins."""
+
+from __future__ import annotations
+
+from sglang_pd_sim.generation import GenerationMixin
+from sglang_pd_sim.info import InfoMixin
+from sglang_pd_sim.metrics import MetricsMixin
+
+OPEN_PATHS = ("/health", "/health_generate", "/ready", "/metrics")  # stay open with --api-key, as in SGLang
+GENERATION_PATHS = {"/generate": "generate", "/v1/completions": "completion", "/v1/chat/completions": "chat"}
+
+
+class WorkerHandler(GenerationMixin, InfoMixin, MetricsMixin):
+    def route(self, path: str) -> None:
+        st = self.state
+        if self.sim_routes(path):
+            return
+        if not path.startswith(OPEN_PATHS) and not self.authorized():
+            self.send_json(401, {"error": "Unauthorized"})
+            return
+        if path in ("/health", "/health_generate", "/ready"):
+            if self.command not in ("GET", "HEAD"):
+                self.send_json(405, {"detail": "Method Not Allowed"})
+            elif st.knobs.fail_health is not None:
+                self.send_text(st.knobs.fail_health, "simulated health failure")
+            elif st.draining.is_set():
+                # sglang/srt/entrypoints/http_server.py: /health* and /ready answer 503 once SIGTERM set
+                # tokenizer_manager.gracefully_exit; everything else keeps being served while in-flight
+                # requests drain (new generation requests too: sglang does not refuse them).
+                self._note = "draining"
+                self.send_bytes(503, b"", "text/plain; charset=utf-8")
+            elif not st.ready.is_set():
+                self.send_text(503, "Server is loading the model weights")
+            else:
+                self.send_bytes(200, b"", "text/plain; charset=utf-8")
+            return
+        if not st.ready.is_set():
+            self.send_json(503, {"error": {"message": "The server is not ready yet (loading weights)."}})
+            return
+        get_routes = {
+            "/server_info": lambda: self.send_json(200, st.server_info()),
+            "/get_server_info": lambda: self.send_json(200, st.server_info()),
+            "/model_info": lambda: self.send_json(200, self.model_info()),
+            "/get_model_info": lambda: self.send_json(200, self.model_info()),
+            "/v1/models": lambda: self.send_json(200, self.models()),
+            "/get_load": lambda: self.send_json(200, self.load()),
+            "/metrics": self.metrics,
+        }
+        if path in get_routes:
+            if self.command not in ("GET", "HEAD"):
+                self.send_json(405, {"detail": "Method Not Allowed"})
+            else:
+                get_routes[path]()
+            return
+        if path in GENERATION_PATHS:
+            if self.command != "POST":
+                self.send_json(405, {"detail": "Method Not Allowed"})
+            else:
+                self.generation(GENERATION_PATHS[path])
+            return
+        if path == "/flush_cache" and self.command in ("GET", "POST"):
+            self.read_body()
+            self.send_text(200, "Cache flushed.\n")
+            return
+        self.send_json(404, {"detail": "Not Found"})
+
+    def authorized(self) -> bool:
+        key = self.state.args.api_key
+        if not key:
+            return True
+        return self.headers.get("Authorization", "") == f"Bearer {key}"

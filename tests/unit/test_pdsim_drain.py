@@ -1,0 +1,104 @@
+"""SIGTERM drains as sglang 0.5.23 does (tokenizer_manager.py sigterm_watchdog, http_server.py health_generate):
+/health and /ready answer 503 at once, in-flight requests finish, then the process exits 0.
+
+Simulator subprocesses on 127.0.0.1; every wait is bounded (each test takes about a second).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"))
+
+from pdsim_testing import SimPool, http
+
+SLOW = {"SGLANG_SIM_TOKEN_LATENCY": "0.05"}  # 20 tokens: about 1 s in flight
+
+
+@pytest.fixture
+def sims(tmp_path):
+    pool = SimPool(tmp_path)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+def start_request(sim, tokens: int = 20) -> tuple[threading.Thread, dict]:
+    out: dict = {}
+
+    def run():
+        t0 = time.monotonic()
+        body = {"text": "drain me", "sampling_params": {"max_new_tokens": tokens}}
+        try:
+            out["answer"] = http("POST", sim.url("/generate"), body, timeout=15)
+        except OSError as exc:  # the connection dropped: no answer
+            out["answer"] = (None, repr(exc))
+        out["done_at"] = time.monotonic()
+        out["took"] = out["done_at"] - t0
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, out
+
+
+def wait_in_flight(sim, n: int = 1, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if http("GET", sim.url("/get_load"))[1][0]["num_reqs"] >= n:
+            return
+        time.sleep(0.02)
+    raise AssertionError("request never got in flight")
+
+
+def test_sigterm_finishes_in_flight_request_then_exits_0(sims):
+    sim = sims.start("null", env=SLOW)
+    assert http("GET", sim.url("/ready"))[0] == 200
+    thread, out = start_request(sim)
+    wait_in_flight(sim)
+    sim.popen.send_signal(signal.SIGTERM)
+    time.sleep(0.1)
+    # draining: health and readiness fail at once, so a router stops sending; the rest is served
+    assert http("GET", sim.url("/health"))[0] == 503
+    assert http("GET", sim.url("/health_generate"))[0] == 503
+    assert http("GET", sim.url("/ready"))[0] == 503
+    assert http("GET", sim.url("/get_load"))[0] == 200 and sim.popen.poll() is None
+    # a request that still arrives is served too (sglang 0.5.23 does not refuse it)
+    late = http("POST", sim.url("/generate"), {"text": "late", "sampling_params": {"max_new_tokens": 2}})
+    assert late[0] == 200
+    thread.join(10)
+    status, body = out["answer"]
+    assert status == 200 and body["meta_info"]["completion_tokens"] == 20, out
+    rc = sim.popen.wait(5)
+    exited_at = time.monotonic()
+    assert rc == 0
+    assert exited_at >= out["done_at"]  # not before the in-flight request was answered
+    log = sim.log()
+    assert "Received SIGTERM" in log and "Remaining number of requests 1" in log and "Shutdown complete" in log
+
+
+def test_sigterm_when_idle_exits_at_once(sims):
+    sim = sims.start("decode")
+    t0 = time.monotonic()
+    sim.popen.send_signal(signal.SIGTERM)
+    assert sim.popen.wait(5) == 0
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_force_shutdown_does_not_wait(sims):
+    sim = sims.start("null", env={**SLOW, "SGL_FORCE_SHUTDOWN": "1"})
+    thread, out = start_request(sim, tokens=40)  # about 2 s
+    wait_in_flight(sim)
+    t0 = time.monotonic()
+    sim.popen.send_signal(signal.SIGTERM)
+    assert sim.popen.wait(5) == 0
+    assert time.monotonic() - t0 < 1.2  # the request had about two seconds left
+    thread.join(10)
+    assert out["answer"][0] is None, out  # cut off: no answer, which is what forcing means
+    assert "force shutdown flag set" in sim.log()

@@ -1,0 +1,51 @@
+"""The KV transfer line after the canary: sglang 0.5.23's series read back from two /metrics pages."""
+
+import pytest
+from ansible_collections.disagg.sglang.plugins.module_utils import prom_text
+
+LABELS = 'model_name="m",engine_type="prefill",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
+
+
+def page(count, speed_sum, latency_sum, failed=0):
+    return "\n".join(
+        [
+            "# HELP sglang:kv_transfer_speed_gb_s Histogram of KV cache transfer speed in GB/s.",
+            "# TYPE sglang:kv_transfer_speed_gb_s histogram",
+            f'sglang:kv_transfer_speed_gb_s_bucket{{{LABELS},le="+Inf"}} {count}',
+            f"sglang:kv_transfer_speed_gb_s_sum{{{LABELS}}} {speed_sum}",
+            f"sglang:kv_transfer_speed_gb_s_count{{{LABELS}}} {count}",
+            f"sglang:kv_transfer_latency_ms_sum{{{LABELS}}} {latency_sum}",
+            f"sglang:kv_transfer_latency_ms_count{{{LABELS}}} {count}",
+            f"sglang:num_transfer_failed_reqs_total{{{LABELS}}} {failed}",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "want"),
+    [
+        ({}, {"p": page(1, 20.0, 3.5)}, {"transfers": 1, "gb_s": 20.0, "latency_ms": 3.5, "failed": 0}),
+        (
+            {"p": page(4, 80.0, 10.0)},
+            {"p": page(6, 120.0, 16.0), "d": "sglang:num_transfer_failed_reqs_total 1"},
+            {"transfers": 2, "gb_s": 20.0, "latency_ms": 3.0, "failed": 1},
+        ),
+        ({"p": page(3, 1.0, 1.0)}, {"p": page(3, 1.0, 1.0)}, {"transfers": 0, "gb_s": None, "latency_ms": None}),
+    ],
+)
+def test_kv_transfer_report_reads_the_delta(before, after, want):
+    report = prom_text.kv_transfer_report(before, after)
+    assert {k: report[k] for k in want} == want
+
+
+def test_the_line_says_simulated_and_failed():
+    line = prom_text.kv_transfer_report({}, {"p": page(1, 5.0, 2.0, failed=2)}, simulated=True)["line"]
+    assert line == (
+        "KV transfer (simulated: the workers run a simulator, not sglang): "
+        "1 transfer(s), 5.00 GB/s, 2.00 ms mean; 2 failed"
+    )
+
+
+def test_samples_skip_comments_and_keep_labels():
+    (name, labels, value), *_ = prom_text.samples(page(1, 2.0, 3.0).split("\n", 2)[2])
+    assert name == "sglang:kv_transfer_speed_gb_s_bucket" and labels["le"] == "+Inf" and value == 1.0
