@@ -9,10 +9,10 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.disagg.sglang.plugins.module_utils.monitoring import MonitoringError, scrape_targets
 
 
-def scrape_targets_filter(workers, routers, cluster):
-    """worker unit specs | scrape_targets(router unit specs, cluster)."""
+def scrape_targets_filter(workers, routers, cluster, addresses=None):
+    """worker unit specs | scrape_targets(router unit specs, cluster, addresses={host: address})."""
     try:
-        return scrape_targets(workers, routers, cluster)
+        return scrape_targets(workers, routers, cluster, addresses)
     except (MonitoringError, TypeError) as exc:
         raise AnsibleFilterError(f"scrape_targets: {exc}") from exc
 

@@ -6,11 +6,16 @@ scrape_targets(workers, routers, cluster) -> Prometheus file_sd list: one target
 endpoint (sglang's /metrics on the worker's HTTP port, with --enable-metrics) and one per router Prometheus
 listener (sglang-router's --prometheus-host/--prometheus-port, /metrics there).
 
-Input, the unit specs the roles planned:
-  workers: [{unit, name, role, host, advertise_address, port, gpus: [...], numa_node}]
-           host is the inventory hostname; advertise_address where the worker's port is reached.
-  routers: [{unit, host, prometheus_address, prometheus_port}] (advertise_address optional: used when
-           prometheus_address is a wildcard such as 0.0.0.0, then host).
+Input, the unit specs the roles planned (site.yml's preflight: sglang_worker_units, sglang_router_unit):
+  workers: [{unit, name, role, host, metrics_url, gpus: [...], numa_node, flags: {host}}]
+           or, without metrics_url, {..., advertise_address, port}. host is the inventory hostname.
+  routers: [{unit, host, metrics_url, flags: {prometheus-host}}]
+           or, without metrics_url, {unit, host, prometheus_address, prometheus_port}.
+  addresses: optional {inventory host: address Prometheus reaches it at}. A listener bound to all addresses
+           (flags host / prometheus-host 0.0.0.0 or ::) whose planned URL says loopback (the planner's view
+           from the host itself, e.g. one host holding prefill, decode and router) is scraped at that address;
+           without one, at the spec's advertise_address, else at the inventory hostname.
+           A listener bound to loopback stays on loopback: only a Prometheus on that host reaches it.
 Labels of every group: cluster, role (prefill, decode, router), instance (the worker's name; the router's
 unit without the sglang- prefix, usually "router"), host (inventory hostname), gpus ("0,1,2,3"), numa_node.
 gpus and numa_node are left out where they are unknown (routers; a worker spanning nodes).
@@ -20,9 +25,11 @@ The result depends only on the input, in its order: workers first, then routers.
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 WORKER_ROLES = ("prefill", "decode")
 WILDCARDS = ("", "0.0.0.0", "::", "[::]")
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 # Prometheus label values are free text, but keep the names of the inventory readable and safe in PromQL.
 _CLUSTER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 
@@ -67,7 +74,45 @@ def _gpus(value, where):
         raise MonitoringError(f"{where}: gpus must be a list of GPU indices, got {value!r}") from None
 
 
-def worker_group(spec, cluster, index=0):
+def _endpoint(spec, where, keys, addresses):
+    """(address, port, metrics path) where Prometheus scrapes this listener.
+
+    keys: (address key, port key) of a spec without metrics_url, then the flag that holds the bind address.
+    """
+    address_key, port_key, bind_key = keys
+    url = spec.get("metrics_url")
+    if url:
+        parts = urlsplit(str(url))
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise MonitoringError(f"{where}: metrics_url {url!r} is not an http URL")
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        reach, port, path = parts.hostname, _port(port, where, "metrics_url port"), parts.path or "/metrics"
+    else:
+        reach = spec.get(address_key)
+        port, path = _port(spec.get(port_key), where, port_key), "/metrics"
+    bind = str((spec.get("flags") or {}).get(bind_key) or "")
+    host = str(spec.get("host") or "")
+    if reach in WILDCARDS or reach is None or (reach in LOOPBACK and bind in WILDCARDS[1:]):
+        reach = (addresses or {}).get(host) or spec.get("advertise_address") or host
+        if reach in WILDCARDS or reach in LOOPBACK:
+            raise MonitoringError(
+                f"{where}: listens on all addresses but no address of {host} to scrape it at; "
+                f"set sglang_advertise_address of {host}"
+            )
+    return str(reach), port, path
+
+
+def _group(target, path, labels):
+    group = {"targets": [target], "labels": labels}
+    if path != "/metrics":
+        labels["__metrics_path__"] = path
+    return group
+
+
+def worker_group(spec, cluster, index=0, addresses=None):
     """The target group of one worker spec."""
     if not isinstance(spec, dict):
         raise MonitoringError(f"sglang_worker_units[{index}] must be a mapping (unit spec), got {spec!r}")
@@ -76,37 +121,35 @@ def worker_group(spec, cluster, index=0):
     if role not in WORKER_ROLES:
         raise MonitoringError(f"{where}: role {role!r} is not one of {', '.join(WORKER_ROLES)}")
     name, host = str(_need(spec, "name", where)), str(_need(spec, "host", where))
-    reach = spec.get("advertise_address")
-    if reach in WILDCARDS or reach is None:
+    if not spec.get("metrics_url") and spec.get("advertise_address") in (*WILDCARDS, None):
         raise MonitoringError(
-            f"{where}: advertise_address {reach!r} cannot be scraped; set sglang_advertise_address of {host}"
+            f"{where}: advertise_address {spec.get('advertise_address')!r} cannot be scraped; "
+            f"set sglang_advertise_address of {host}"
         )
+    reach, port, path = _endpoint(spec, where, ("advertise_address", "port", "host"), addresses)
     labels = {"cluster": cluster, "role": role, "instance": name, "host": host}
     gpus = _gpus(spec.get("gpus"), where)
     if gpus is not None:
         labels["gpus"] = gpus
     if spec.get("numa_node") not in (None, ""):
         labels["numa_node"] = str(spec["numa_node"])
-    return {"targets": [address(reach, _port(spec.get("port"), where, "port"))], "labels": labels}
+    return _group(address(reach, port), path, labels)
 
 
-def router_group(spec, cluster, index=0):
+def router_group(spec, cluster, index=0, addresses=None):
     """The target group of one router spec (its Prometheus listener)."""
     if not isinstance(spec, dict):
         raise MonitoringError(f"sglang_router_unit [{index}] must be a mapping (unit spec), got {spec!r}")
     unit = str(spec.get("unit") or "sglang-router")
     where = f"router {unit}"
     host = str(_need(spec, "host", where))
-    reach = spec.get("prometheus_address")
-    if reach in WILDCARDS or reach is None:
-        reach = spec.get("advertise_address") or host
-    port = _port(spec.get("prometheus_port"), where, "prometheus_port")
+    reach, port, path = _endpoint(spec, where, ("prometheus_address", "prometheus_port", "prometheus-host"), addresses)
     instance = spec.get("name") or re.sub(r"^sglang-", "", unit)
     labels = {"cluster": cluster, "role": "router", "instance": str(instance), "host": host}
-    return {"targets": [address(reach, port)], "labels": labels}
+    return _group(address(reach, port), path, labels)
 
 
-def scrape_targets(workers, routers, cluster):
+def scrape_targets(workers, routers, cluster, addresses=None):
     """Prometheus file_sd target groups for the workers and routers (see the module docstring)."""
     cluster = str(cluster or "")
     if not _CLUSTER.match(cluster):
@@ -121,8 +164,10 @@ def scrape_targets(workers, routers, cluster):
         routers = [routers]
     if not isinstance(workers, list) or not isinstance(routers, list):
         raise MonitoringError("workers and routers must be lists of unit specs")
-    groups = [worker_group(w, cluster, i) for i, w in enumerate(workers)]
-    groups += [router_group(r, cluster, i) for i, r in enumerate(routers)]
+    if addresses is not None and not isinstance(addresses, dict):
+        raise MonitoringError("addresses must be a mapping of inventory host -> address")
+    groups = [worker_group(w, cluster, i, addresses) for i, w in enumerate(workers)]
+    groups += [router_group(r, cluster, i, addresses) for i, r in enumerate(routers)]
     seen = {}
     for group in groups:
         target = group["targets"][0]

@@ -9,8 +9,8 @@ its KV transfers, then the prefill stopped) make the series appear that exist on
 (KV transfer and bootstrap failures, router errors and retries, failed health checks). Alerts whose expression
 stays empty in this run must be proven to fire by the promtool unit tests (tests/monitoring/sglang-alerts.test.yml).
 
-Until site.yml's preflight publishes the planned units as facts (sglang_worker_units, sglang_router_unit), the
-inventory carries them for mon-1 as the preflight would plan them; a fact of the same name overrides them.
+The monitoring play runs in the same ansible-playbook run as site.yml, after it: it reads the units that
+site.yml's preflight planned (the facts sglang_worker_units and sglang_router_unit), as a play in site.yml would.
 """
 
 import json
@@ -65,20 +65,6 @@ def wait_until(probe, timeout, what, interval=1.0):
             return last
         time.sleep(interval)
     pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
-
-
-def planned_units(address):
-    """What the preflight plans for inventories/sandbox on the rtxpro6000-8x fixture (GPUs 0-3 node 0, 4-7 node 1)."""
-    return {
-        "sglang_worker_units": [
-            {"unit": "sglang-prefill0", "name": "prefill0", "role": "prefill", "host": HOST,
-             "advertise_address": address, "port": 30000, "gpus": [0, 1, 2, 3], "numa_node": 0},
-            {"unit": "sglang-decode0", "name": "decode0", "role": "decode", "host": HOST,
-             "advertise_address": address, "port": 30001, "gpus": [4, 5, 6, 7], "numa_node": 1},
-        ],
-        "sglang_router_unit": {"unit": "sglang-router", "host": HOST, "prometheus_address": address,
-                               "prometheus_port": PROM_PORT},
-    }  # fmt: skip
 
 
 class Prometheus:
@@ -144,7 +130,9 @@ def deployment(tmp_path_factory):
             "sglang_router_extra_flags": {"health-check-interval-secs": 2},
             # decode gives up on a KV handoff after 2 s (sglang: its bootstrap / waiting timeouts, 300 s)
             "sglang_decode_extra_env": {"SGLANG_SIM_HANDOFF_TIMEOUT": "2"},
-            **planned_units(address),
+            # where the controller's Prometheus reaches mon-1 (its listeners bind all addresses; the plan's
+            # URLs say loopback, as prefill, decode and router share the host)
+            "sglang_advertise_address": address,
         }
         inv = write_inventory(work / "inventory", SANDBOX, HOST, host_vars=host_vars)
         out = work / "out"

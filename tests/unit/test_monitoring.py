@@ -95,6 +95,58 @@ OK_CASES = [
 ]  # fmt: skip
 
 
+def planned(host, name, role, port, bind, url_host, gpus=(0,), node=0):  # noqa: PLR0917 (a table row)
+    """A worker spec as site.yml's preflight plans it (plugins/module_utils/units.py): metrics_url, flags."""
+    return {"unit": f"sglang-{name}", "name": name, "role": role, "host": host, "port": port,
+            "metrics_url": f"http://{url_host}:{port}/metrics", "flags": {"host": bind, "port": port},
+            "gpus": list(gpus), "numa_node": node, "cpus": "0-31", "lines": []}  # fmt: skip
+
+
+def planned_router(host, bind, url_host, port=29000, path="/metrics"):
+    return {"unit": "sglang-router", "name": "router", "role": "router", "host": host,
+            "metrics_url": f"http://{url_host}:{port}{path}",
+            "flags": {"prometheus-host": bind, "prometheus-port": port}, "url": "http://127.0.0.1:8000"}  # fmt: skip
+
+
+PLANNED_CASES = [
+    pytest.param(
+        [planned("mon-1", "prefill0", "prefill", 30000, "0.0.0.0", "127.0.0.1")],
+        [planned_router("mon-1", "0.0.0.0", "127.0.0.1")],
+        {"mon-1": "10.213.0.10"},
+        ["10.213.0.10:30000", "10.213.0.10:29000"],
+        id="one-host-bound-to-all-addresses-scraped-at-its-address",
+    ),
+    pytest.param(
+        [planned("demo-1", "prefill0", "prefill", 30000, "127.0.0.1", "127.0.0.1")],
+        [planned_router("demo-1", "127.0.0.1", "127.0.0.1")],
+        {"demo-1": "10.213.0.2"},
+        ["127.0.0.1:30000", "127.0.0.1:29000"],
+        id="one-host-bound-to-loopback-stays-on-loopback",
+    ),
+    pytest.param(
+        [planned("gpu1", "decode0", "decode", 30001, "0.0.0.0", "10.0.0.11")],
+        [planned_router("gw", "0.0.0.0", "127.0.0.1")],
+        {},
+        ["10.0.0.11:30001", "gw:29000"],
+        id="multi-host-worker-at-its-advertise-url-router-at-its-inventory-name",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("workers", "routers", "addresses", "expect"), PLANNED_CASES)
+def test_targets_from_the_planned_unit_specs(workers, routers, addresses, expect):
+    got = scrape_targets(workers, routers, "c", addresses)
+    assert [g["targets"][0] for g in got] == expect
+    assert got[0]["labels"] == {"cluster": "c", "role": workers[0]["role"], "instance": workers[0]["name"],
+                                "host": workers[0]["host"], "gpus": "0", "numa_node": "0"}  # fmt: skip
+
+
+def test_a_metrics_path_other_than_metrics_is_kept():
+    got = scrape_targets([], [planned_router("gw", "10.0.0.9", "10.0.0.9", path="/prom")], "c")
+    assert got == [group("10.0.0.9:29000", cluster="c", role="router", instance="router", host="gw",
+                         __metrics_path__="/prom")]  # fmt: skip
+
+
 @pytest.mark.parametrize(("workers", "routers", "cluster", "expect"), OK_CASES)
 def test_targets(workers, routers, cluster, expect):
     got = scrape_targets(workers, routers, cluster)
@@ -139,6 +191,11 @@ ERROR_CASES = [
                  r"router sglang-router: prometheus_port None is not a port", id="router-without-port"),
     pytest.param([], [], "bad cluster", r"set sglang_monitoring_cluster", id="bad-cluster"),
     pytest.param("prefill0", [], "c", r"must be lists", id="workers-not-a-list"),
+    pytest.param([{**worker("h", "p0", "prefill", 30000, [0], 0), "metrics_url": "ftp://x"}], [], "c",
+                 r"worker sglang-p0: metrics_url 'ftp://x' is not an http URL", id="bad-metrics-url"),
+    pytest.param([], [{"unit": "sglang-router", "host": "127.0.0.1", "metrics_url": "http://127.0.0.1:29000/metrics",
+                       "flags": {"prometheus-host": "0.0.0.0"}}], "c",
+                 r"no address of 127.0.0.1 to scrape it at; set sglang_advertise_address", id="no-address-to-scrape"),
 ]  # fmt: skip
 
 

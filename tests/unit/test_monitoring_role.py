@@ -39,14 +39,19 @@ def units(host, address):
         ("decode0", "decode", 30001, [4, 5], 1),
         ("decode1", "decode", 30011, [6, 7], 1),
     ]
+    # the keys the monitoring role reads of a planned spec (plugins/module_utils/units.py has many more)
     return [
-        {"unit": f"sglang-{n}", "name": n, "role": r, "host": host, "advertise_address": address, "port": p,
+        {"unit": f"sglang-{n}", "name": n, "role": r, "host": host, "port": p,
+         "metrics_url": f"http://{address}:{p}/metrics", "flags": {"host": "0.0.0.0", "port": p},
          "gpus": g, "numa_node": node}
         for n, r, p, g, node in rows
     ]  # fmt: skip
 
 
-ROUTER = {"unit": "sglang-router", "host": "gw", "prometheus_address": "10.0.0.9", "prometheus_port": 29000}
+# The router's listener binds all addresses; its plan says loopback (probed from the host itself): the target
+# is the router host's ansible_host.
+ROUTER = {"unit": "sglang-router", "name": "router", "role": "router", "host": "gw",
+          "metrics_url": "http://127.0.0.1:29000/metrics", "flags": {"prometheus-host": "0.0.0.0"}}  # fmt: skip
 
 
 def inventory(directory, hosts):
@@ -100,7 +105,7 @@ def recap(output):
 HOSTS = {
     "gpu1": {"groups": ["prefill", "decode"], "sglang_worker_units": units("gpu1", "10.0.0.11")},
     "gpu2": {"groups": ["prefill", "decode"], "sglang_worker_units": units("gpu2", "10.0.0.12")},
-    "gw": {"groups": ["router"], "sglang_router_unit": ROUTER},
+    "gw": {"groups": ["router"], "sglang_router_unit": ROUTER, "ansible_host": "10.0.0.9"},
 }
 
 
@@ -117,7 +122,7 @@ def rendered(tmp_path_factory):
 def test_multi_instance_inventory_writes_one_target_per_worker(rendered):
     got = json.loads((rendered["out"] / "file_sd" / "sglang.json").read_text())
     workers = HOSTS["gpu1"]["sglang_worker_units"] + HOSTS["gpu2"]["sglang_worker_units"]
-    want = scrape_targets(workers, [ROUTER], "prod-a")
+    want = scrape_targets(workers, [ROUTER], "prod-a", {"gw": "10.0.0.9"})
     assert got == want
     assert len(got) == 9
     workers = [g for g in got if g["labels"]["role"] in ("prefill", "decode")]
@@ -125,6 +130,7 @@ def test_multi_instance_inventory_writes_one_target_per_worker(rendered):
     first = next(g for g in got if g["targets"] == ["10.0.0.12:30011"])
     assert first["labels"] == {"cluster": "prod-a", "role": "decode", "instance": "decode1", "host": "gpu2",
                                "gpus": "6,7", "numa_node": "1"}  # fmt: skip
+    assert got[-1]["targets"] == ["10.0.0.9:29000"]
     assert "9 targets in" in rendered["first"]
 
 
