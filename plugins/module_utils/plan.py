@@ -2,7 +2,7 @@
 # Apache License 2.0 (see galaxy.yml)
 """The plan: inventory + topology facts + profile -> every unit spec of a host, and every problem with them.
 
-Planned once per run, in the preflight play (roles/sglang_internal/tasks/plan.yml), before any host changes:
+Planned once per run, in the preflight play (roles/sglang/tasks/plan.yml), before any host changes:
 
     host_plan(inputs)            on each worker host: rules on the settings and instances, placement, the
                                  worker unit specs, rules on their flags -> {units, problems, placement}

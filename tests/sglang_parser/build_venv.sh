@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Makes .cache/sglang-parser-venv (repo-relative), idempotently: a Python 3.11 venv holding the sglang
 # 0.5.23 wheel installed WITHOUT its dependencies (torch, CUDA, ...: several GB) plus the few small
-# packages its argument modules import (requirements.txt beside this script). real_parser.py, run by
-# that venv's python, then builds sglang's own `sglang serve` argument parser on a CPU-only machine.
+# packages its argument modules import (requirements.txt beside this script). The collection's parser
+# script (plugins/module_utils/cli_parser_script.py --module sglang.launch_server), run by that venv's
+# python, then builds sglang's own `sglang serve` argument parser on a CPU-only machine.
 #
 # Prints the venv's python on its last line. Exits non-zero, saying why, when it cannot be built.
 # SGLANG_PARSER_PYTHON=/path/to/python3.11 picks the interpreter; otherwise the first candidate
@@ -50,6 +51,7 @@ quiet() { grep -v 'is ignored: it is neither a file nor a directory' >&2 || true
 "${pip[@]}" -r "$here/requirements.txt" 2>&1 | quiet
 "${pip[@]}" --no-deps "$sglang_pin" 2>&1 | quiet
 # pipefail keeps pip's exit status through the filter; the smoke check below proves the result.
-"$venv/bin/python" "$here/real_parser.py" --info >&2
+"$venv/bin/python" "$root/plugins/module_utils/cli_parser_script.py" --module sglang.launch_server --info \
+  | cut -c1-200 >&2
 echo "$want" > "$stamp"
 echo "$venv/bin/python"

@@ -1,6 +1,8 @@
 """Controller-side access to the real sglang parser (any Python >= 3.11; stdlib only).
 
-build_venv.sh makes the Python 3.11 venv; real_parser.py runs inside it. Tests use:
+build_venv.sh makes the Python 3.11 venv; the collection's own parser script
+(plugins/module_utils/cli_parser_script.py, what the cli_check module runs on a host) runs inside it
+with ``--module sglang.launch_server``. Tests use:
 
     python = ensure_venv()                      # raises ParserUnavailable, saying why
     results = parse_argvs(python, {"prefill0": [...], "decode0": [...]})
@@ -21,7 +23,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 BUILD_SCRIPT = HERE / "build_venv.sh"
-PARSER_SCRIPT = HERE / "real_parser.py"
+PARSER_SCRIPT = ROOT / "plugins" / "module_utils" / "cli_parser_script.py"
+SGLANG_MODULE = "sglang.launch_server"  # the -m module whose parse function the script calls
 HELP_FIXTURE = ROOT / "tests" / "fixtures" / "cli_help" / "sglang-0.5.23-help.txt"
 
 # argparse's help depends on the terminal width and, for choices built from sets, on the hash seed:
@@ -55,10 +58,10 @@ def ensure_venv(timeout=900):
 
 
 def run_parser(python, args, stdin=None, env=None, timeout=120):
-    """Run real_parser.py under the venv's python; returns the CompletedProcess."""
+    """Run the parser script (sglang's parser) under the venv's python; returns the CompletedProcess."""
     full_env = dict(os.environ, **HELP_ENV, **(env or {}))
     return subprocess.run(
-        [str(python), str(PARSER_SCRIPT), *args],
+        [str(python), str(PARSER_SCRIPT), "--module", SGLANG_MODULE, *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -70,12 +73,14 @@ def run_parser(python, args, stdin=None, env=None, timeout=120):
 
 def _checked(proc, what):
     if proc.returncode != 0:
-        raise ParserUnavailable(f"real_parser.py {what} failed (exit status {proc.returncode}):\n{_tail(proc.stderr)}")
+        raise ParserUnavailable(
+            f"{PARSER_SCRIPT.name} {what} failed (exit status {proc.returncode}):\n{_tail(proc.stderr)}"
+        )
     return proc.stdout
 
 
 def info(python):
-    """{"version", "prog", "allow_abbrev", "actions"} of the real parser."""
+    """{"version", "prog", "allow_abbrev", "actions", "options", "switches", ...} of the real parser."""
     return json.loads(_checked(run_parser(python, ["--info"]), "--info"))
 
 
@@ -85,9 +90,9 @@ def action_table(python):
 
 
 def parse_argvs(python, argvs):
-    """{name: argv} -> {name: result} (see real_parser.py for the result's keys)."""
+    """{name: argv} -> {name: result} (see cli_parser_script.py for the result's keys)."""
     request = {name: [str(token) for token in argv] for name, argv in argvs.items()}
-    return json.loads(_checked(run_parser(python, [], stdin=json.dumps(request)), "(parse)"))
+    return json.loads(_checked(run_parser(python, [], stdin=json.dumps(request)), "(parse)"))["results"]
 
 
 def help_text(python):

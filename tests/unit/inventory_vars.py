@@ -1,6 +1,6 @@
 """The variables a sandbox-shaped inventory gives one host, resolved as Ansible resolves them, for the plan's
 pure functions: the roles' defaults and vars, the inventory's group_vars, extra vars, templated by Ansible's own
-Templar. Unit tests feed host_plan / router_plan exactly what roles/sglang_internal/tasks/plan.yml and
+Templar. Unit tests feed host_plan / router_plan exactly what roles/sglang/tasks/plan.yml and
 roles/sglang_router/tasks/plan.yml feed them, without a host.
 """
 
@@ -11,7 +11,7 @@ from ansible.template import Templar, trust_as_template
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE_FILES = [
-    "roles/sglang_internal/defaults/main.yml",
+    "roles/sglang/defaults/main.yml",
     "roles/sglang_topology/defaults/main.yml",
     "roles/sglang_deps/defaults/main.yml",
     "roles/sglang_router/defaults/main.yml",
@@ -39,7 +39,7 @@ def host_vars(inventory="inventories/sandbox", host="pytest-badinv-1", groups=GR
             variables.update(_load(loader, path))
     variables.update(host_extra or {})
     variables.update({k: v for k, v in (extra or {}).items()})
-    variables.update(_load(loader, REPO / "roles/sglang_internal/vars/main.yml"))
+    variables.update(_load(loader, REPO / "roles/sglang/vars/main.yml"))
     groups_map = {g: [host] for g in groups}
     variables.update(
         {

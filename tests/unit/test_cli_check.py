@@ -1,12 +1,16 @@
-"""disagg.sglang.cli_check: command lines checked against a program's own argparse --help.
+"""disagg.sglang.cli_check: command lines checked by a program's own argparse parser, or its --help.
 
-Data-driven: the cases are in cli_check_cases.yml, the help texts in tests/fixtures/cli_help/ (the
-sglang 0.5.23 one captured from the real parser, see test_real_sglang_parser.py; the router 0.3.2
-one from `python -m sglang_router.launch_router --help`). The cross-check runs every case through
-the program's REAL parser too and asserts both say accept or reject alike.
+Data-driven: the cases are in cli_check_cases.yml.
+- parser_cases run through the programs' REAL parsers, built by the collection's parser script under
+  each program's own Python: sglang 0.5.23 (the parser venv of tests/sglang_parser), sglang-router
+  0.3.2 (this venv), the sandbox simulator sglang_pd_sim (tests/sandbox/pdsim on PYTHONPATH).
+- verdicts turn argparse's error texts into the problems the module shows (pure, no parser).
+- argv_cases check the --help emulation (the fallback) against recorded help texts in
+  tests/fixtures/cli_help/; the cross-check runs them through the real parsers too and asserts both
+  say accept or reject alike, except the known gaps of reading a help.
+- runs: the whole check with a fake runner and a cache (fallback, remembered "no parser", help cache).
 """
 
-import argparse
 import contextlib
 import io
 import json
@@ -21,12 +25,12 @@ import pytest
 import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.disagg.sglang.plugins.module_utils import cli_argparse as ca
 from ansible_collections.disagg.sglang.plugins.module_utils import cli_check as cc
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.modules import cli_check as cli_check_module
 
 REPO = Path(__file__).resolve().parents[2]
-import real_parser_client as rpc  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures" / "cli_help"
 CASES = yaml.safe_load((Path(__file__).parent / "cli_check_cases.yml").read_text())
@@ -205,7 +209,13 @@ class FakeRunner:
     def __init__(self, run):
         self.run, self.ran = run, []
 
-    def __call__(self, argv):
+    def __call__(self, argv, data=None):
+        if argv[1:2] == ["-c"] and "--module" in argv:  # the parser script
+            self.ran.append("parser")
+            assert json.loads(data) == self.run["argvs"]
+            if self.run["parser"] == "no_parser":
+                return 3, "", "cli_parser_script: cannot import sglang.srt.server_args:prepare_server_args: ..."
+            return 0, "not JSON\n", ""
         if argv == VERSION_COMMAND:
             self.ran.append("version")
             return self.run.get("version_rc", 0), f"{self.run['version']}\n", ""
@@ -224,6 +234,10 @@ def prepare_cache(run, cache_dir):
         cc.load_spec(FakeRunner(dict(run, version_rc=0)), HELP_COMMAND, VERSION_COMMAND, str(cache_dir))
     elif run["cache"] == "stale":
         cc.load_spec(FakeRunner(dict(run, version="0.5.22")), HELP_COMMAND, VERSION_COMMAND, str(cache_dir))
+    elif run["cache"] == "warm_no_parser":
+        warm = dict(run, version_rc=0, parser="no_parser")
+        kwargs = {"version_command": VERSION_COMMAND, "cache_dir": str(cache_dir)}
+        cc.run_check(FakeRunner(warm), HELP_COMMAND, run["argvs"], **kwargs)
     elif run["cache"] == "corrupt":
         cache_dir.mkdir()
         Path(cc.cache_path(str(cache_dir), HELP_COMMAND, version)).write_text("{not json")
@@ -241,6 +255,7 @@ def test_run(run, tmp_path):
         "version_command": VERSION_COMMAND if run["version"] is not None else None,
         "cache_dir": cache_dir,
         "write_cache": not run.get("check_mode", False),
+        "method": run.get("method", "help"),
     }
     if "error_contains" in expect:
         with pytest.raises(cc.CheckError) as error:
@@ -249,6 +264,7 @@ def test_run(run, tmp_path):
             assert text in str(error.value)
         return
     result = cc.run_check(runner, HELP_COMMAND, run["argvs"], **kwargs)
+    assert result["method"] == expect.get("method", "help")
     assert result["spec_source"] == expect["spec_source"]
     assert runner.ran == expect["ran"]
     assert result["failed"] is expect["failed"]
@@ -263,7 +279,9 @@ def test_run(run, tmp_path):
         for name in after
         if name not in before_stat or os.stat(os.path.join(cache_dir, name)).st_mtime_ns != before_stat[name]
     ]
-    if expect.get("cache_written"):
+    if "cache_files" in expect:
+        assert len(written) == expect["cache_files"], written
+    elif expect.get("cache_written"):
         assert written == [os.path.basename(result["cache_file"])]
         assert not [name for name in after if name.startswith(".tmp-")]
     else:
@@ -314,6 +332,7 @@ def test_module_passes_and_caches(tmp_path):
         "version_command": VERSION_COMMAND,
         "cache_dir": str(tmp_path),
         "argvs": {"prefill0": ["--model-path", "/m", "--disable-cuda-graph"]},
+        "method": "help",
     }
     run_command, calls = module_runner()
     code, result = run_module(args, run_command)
@@ -338,6 +357,7 @@ def test_module_fails_listing_problems(tmp_path):
     args = {
         "help_command": HELP_COMMAND,
         "argvs": {"decode0": ["--model-path", "/m", "--cuda-graph-max-bs", "64"]},
+        "method": "help",
     }
     run_command, _ = module_runner()
     code, result = run_module(args, run_command)
@@ -354,6 +374,7 @@ def test_module_check_mode_does_not_write_the_cache(tmp_path):
         "version_command": VERSION_COMMAND,
         "cache_dir": str(tmp_path / "cache"),
         "argvs": {"prefill0": ["--model-path", "/m"]},
+        "method": "help",
     }
     run_command, _ = module_runner()
     code, result = run_module(args, run_command, check_mode=True)
@@ -368,7 +389,9 @@ def test_module_reports_a_broken_help_command(tmp_path):
 
     code, result = run_module({"help_command": HELP_COMMAND, "argvs": {"p": []}}, run_command)
     assert code == 1
-    assert "libcuda.so.1" in result["msg"]
+    assert "the help command" in result["msg"]
+    assert "the program's own parser could not be used either" in result["msg"]
+    assert result["msg"].count("libcuda.so.1") == 2
 
 
 # --------------------------------------------------------------------------------------------------
@@ -376,31 +399,15 @@ def test_module_reports_a_broken_help_command(tmp_path):
 # --------------------------------------------------------------------------------------------------
 
 
-def real_router_verdicts(argvs):
-    from sglang_router.router_args import RouterArgs  # noqa: PLC0415 (only this test needs the router)
-
-    verdicts = {}
-    for name, argv in argvs.items():
-        parser = argparse.ArgumentParser(prog="launch_router.py")
-        RouterArgs.add_cli_args(parser, use_router_prefix=False)
-        err = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(err):
-                parser.parse_args(argv)
-            verdicts[name] = (True, "")
-        except SystemExit as exc:
-            verdicts[name] = (exc.code == 0, err.getvalue().strip().splitlines()[-1])
-    return verdicts
-
-
-def test_cross_check_with_the_real_parsers(specs, real_python, capsys):
-    by_help = {"sglang": {}, "router": {}}
-    for case in CASES["argv_cases"]:
-        by_help[case["help"]][case["id"]] = case_argv(case)
-    real = {name: (r["ok"], r["error"]) for name, r in rpc.parse_argvs(real_python, by_help["sglang"]).items()}
-    real.update(real_router_verdicts(by_help["router"]))
+def test_cross_check_with_the_real_parsers(specs, parser_verdicts, capsys):
+    real = {}
+    for program in ("sglang", "router"):
+        for name, found in parser_verdicts[program]["results"].items():
+            if name.startswith("argv:"):
+                real[name[len("argv:") :]] = (found["ok"], found["error"])
 
     cases = {case["id"]: case for case in CASES["argv_cases"]}
+    assert set(real) == set(cases)
     report = []
     for name, (real_ok, real_error) in real.items():
         case = cases[name]
@@ -423,35 +430,229 @@ def test_cross_check_with_the_real_parsers(specs, real_python, capsys):
 
 
 def test_real_commands_cold_and_cached(real_python, tmp_path, capsys):
-    """The check against live programs: sglang's real parser (no torch) and the installed router."""
-    router_help = [sys.executable, "-m", "sglang_router.launch_router", "--help"]
-    router_version = [sys.executable, "-c", "import importlib.metadata as m; print(m.version('sglang-router'))"]
-    sglang_help = [str(real_python), str(rpc.PARSER_SCRIPT), "--help"]
-    sglang_version = [str(real_python), "-c", "import importlib.metadata as m; print(m.version('sglang'))"]
-
-    def run(argv):
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=dict(os.environ, LC_ALL="C"))
-        return proc.returncode, proc.stdout, proc.stderr
-
+    """The shipped profile's lines against sglang's own parser (no torch; its ``--help`` could not even run
+    here), cold then cached. The router's: test_module_with_the_real_router; its help: the fixture test."""
     profile = yaml.safe_load((PROFILES / "deepseek_v4_flash_sm120.yml").read_text())
     worker_argvs = {
         INSTANCES[role]["name"]: sf.argv(sf.render_lines(sf.worker_flags(profile, role, INSTANCES[role], SETTINGS)))
         for role in sf.WORKER_ROLES
     }
-    router_argvs = {"router": ["--pd-disaggregation", "--prefill", "http://127.0.0.1:30000", "8998"]}
-    timings = []
-    for label, help_command, version_command, argvs, version in (
-        ("sglang 0.5.23 (real parser)", sglang_help, sglang_version, worker_argvs, "0.5.23"),
-        ("sglang-router 0.3.2", router_help, router_version, router_argvs, "0.3.2"),
-    ):
-        seconds = []
-        for expected_source in ("help", "cache"):
-            started = time.monotonic()
-            result = cc.run_check(run, help_command, argvs, version_command=version_command, cache_dir=str(tmp_path))
-            seconds.append(time.monotonic() - started)
-            assert result["spec_source"] == expected_source
-            assert result["version"] == version
-            assert result["failed"] is False, result["msg"]
-        timings.append(f"  {label}: cold {seconds[0]:.2f}s, cached {seconds[1]:.2f}s")
+    help_command, version_command, _ = program_commands("sglang", real_python)
+    seconds = []
+    for expected_source in ("parser", "cache"):
+        runner = RealRunner()
+        started = time.monotonic()
+        kwargs = {"version_command": version_command, "cache_dir": str(tmp_path)}
+        result = cc.run_check(runner, help_command, worker_argvs, **kwargs)
+        seconds.append(time.monotonic() - started)
+        assert (result["method"], result["spec_source"], result["version"]) == ("argparse", expected_source, "0.5.23")
+        assert runner.parser_runs == (1 if expected_source == "parser" else 0)
+        assert result["failed"] is False, result["msg"]
+        assert result["flag_warnings"] == []
     with capsys.disabled():
-        print("\n[cli_check timings]\n" + "\n".join(timings))
+        print(f"\n[cli_check, sglang 0.5.23 own parser] cold {seconds[0]:.2f}s, cached {seconds[1]:.2f}s")
+
+
+# --------------------------------------------------------------------------------------------------
+# The programs' own parsers (cli_parser_script.py under each program's Python)
+# --------------------------------------------------------------------------------------------------
+
+PDSIM = REPO / "tests" / "sandbox" / "pdsim"
+SIM_ENV = {"PYTHONPATH": str(PDSIM)}  # the simulator as the sandbox installs it, from its source
+
+
+class RealRunner:
+    """run_command for run_check: runs the command here; counts the parser script's runs."""
+
+    def __init__(self, env=None):
+        self.env, self.parser_runs, self.commands = env or {}, 0, []
+
+    def __call__(self, argv, data=None):
+        if "--module" in argv and argv[1:2] == ["-c"]:
+            self.parser_runs += 1
+            self.commands.append("parser")
+        else:
+            self.commands.append(" ".join(argv))
+        proc = subprocess.run(
+            argv, input=data, capture_output=True, text=True, check=False, env=dict(os.environ, LC_ALL="C", **self.env)
+        )
+        return proc.returncode, proc.stdout, proc.stderr
+
+
+def program_commands(name, real_python=None):
+    """(help_command, version_command, runner env) of one program as the roles would call it."""
+    if name == "sglang":
+        python, module, dist = str(real_python), "sglang.launch_server", "sglang"
+    elif name == "router":
+        python, module, dist = sys.executable, "sglang_router.launch_router", "sglang-router"
+    else:
+        python, module, dist = sys.executable, "sglang_pd_sim", None
+    version = (
+        [python, "-c", f"import importlib.metadata as m; print(m.version({dist!r}))"]
+        if dist
+        else [python, "-c", "import sglang_pd_sim as s; print('sglang-pd-sim', s.__version__)"]
+    )
+    return [python, "-m", module, "--help"], version, SIM_ENV if name == "sim" else {}
+
+
+PARSER_CASES = [
+    pytest.param(case, program, id=f"{program}-{case['id']}")
+    for case in CASES["parser_cases"]
+    for program in case["programs"]
+]
+
+
+@pytest.fixture(scope="module")
+def parser_verdicts(real_python):
+    """Each program's own parser, run once over a batch: its parser_cases, and the argv_cases of its help
+    (as ``argv:ID``, for the cross-check of the help emulation)."""
+    verdicts, seconds = {}, []
+    for program in ("sglang", "router", "sim"):
+        help_command, _, env = program_commands(program, real_python)
+        argvs = {c["id"]: c["argv"] for c in CASES["parser_cases"] if program in c["programs"]}
+        argvs.update({f"argv:{c['id']}": case_argv(c) for c in CASES["argv_cases"] if c["help"] == program})
+        started = time.monotonic()
+        out = ca.parse_argvs(RealRunner(env), help_command, argvs)
+        seconds.append(f"{program} {time.monotonic() - started:.2f}s ({len(argvs)} argvs)")
+        assert out["parser_runs"] == 1
+        verdicts[program] = out
+    print("parser batches: " + ", ".join(seconds))
+    return verdicts
+
+
+@pytest.mark.parametrize(("case", "program"), PARSER_CASES)
+def test_parser_case(case, program, parser_verdicts):
+    found = parser_verdicts[program]["results"][case["id"]]
+    assert found["source"] == "parser"
+    assert found["ok"] is case["ok"], found
+    assert_matches(found["problems"], case["problems"], "problems")
+    assert_matches(found["warnings"], case["warnings"], "warnings")
+    if case["ok"]:
+        assert found["error"] == ""
+    else:
+        assert found["error"] == found["problems"][0]["message"] or found["problems"][0]["kind"] == "exits"
+
+
+def test_parsers_are_the_programs_own(parser_verdicts):
+    """prog and flag counts as each program's parser has them (not a copy: the router has 100, sglang 561)."""
+    assert parser_verdicts["sglang"]["prog"] == "sglang serve"
+    assert parser_verdicts["router"]["prog"] == "launch_router.py"  # argparse's default: python -m sets argv[0]
+    assert parser_verdicts["sim"]["prog"] == "sglang-pd-sim"
+    assert parser_verdicts["sglang"]["known_flags"] == parser_verdicts["sim"]["known_flags"] == 561
+    assert parser_verdicts["router"]["known_flags"] == 100
+    good = parser_verdicts["sglang"]["results"]["good-line"]["flags"]
+    assert good == {
+        "--model-path": "/m",
+        "--tp-size": 4,
+        "--page-size": 256,
+        "--disaggregation-transfer-backend": "nixl",
+    }
+
+
+@pytest.mark.parametrize("case", CASES["verdicts"], ids=[case["id"] for case in CASES["verdicts"]])
+def test_verdict(case):
+    result = dict({"ok": False, "exit_status": 2, "error": "", "warnings": [], "flags": {}}, **case["result"])
+    found = ca.verdict(result, CASES["verdict_info"], case["argv"])
+    assert found["ok"] is (not case["problems"])
+    assert_matches(found["problems"], case["problems"], "problems")
+    assert_matches(found["warnings"], case["warnings"], "warnings")
+    for got, want in zip(found["problems"] + found["warnings"], case["problems"] + case["warnings"], strict=True):
+        if "hint" in want:
+            assert got["hint"] == want["hint"]
+
+
+@pytest.mark.parametrize(
+    ("help_command", "entry", "reason"),
+    [
+        (["/usr/bin/sglang-router", "--help"], None, "does not run a Python module"),
+        (["/v/bin/python", "-m", "vllm.entrypoints.api_server", "--help"], None, "no parse function is known"),
+    ],
+)
+def test_no_parser_command(help_command, entry, reason):
+    with pytest.raises(ca.NoParser, match=reason):
+        ca.parser_command(help_command, entry)
+
+
+def test_parser_entry_names_another_program():
+    command = ca.parser_command(["/v/bin/python", "-m", "tool", "--help"], "tool.cli:parse")
+    assert command[:2] == ["/v/bin/python", "-c"]
+    assert command[3:] == ["--module", "tool", "--entry", "tool.cli:parse"]
+
+
+def test_cache_per_version_and_argv(tmp_path):
+    """A no-op run starts no parser; a changed argv re-parses only that argv; a new version all of them."""
+    help_command, version_command, env = program_commands("sim")
+    argvs = {
+        "prefill0": ["--model-path", "/m", "--disaggregation-mode", "prefill"],
+        "decode0": ["--model-path", "/m", "--disaggregation-mode", "decode"],
+    }
+    kwargs = {"version_command": version_command, "cache_dir": str(tmp_path)}
+
+    runner = RealRunner(env)
+    first = cc.run_check(runner, help_command, argvs, **kwargs)
+    assert (first["method"], first["parser_runs"], runner.parser_runs) == ("argparse", 1, 1)
+    assert first["version"] == "sglang-pd-sim 0.1.0"
+    assert {r["source"] for r in first["results"].values()} == {"parser"}
+    assert len(os.listdir(tmp_path)) == 2
+
+    runner = RealRunner(env)
+    again = cc.run_check(runner, help_command, argvs, **kwargs)
+    assert (again["parser_runs"], runner.parser_runs, again["spec_source"]) == (0, 0, "cache")
+    assert runner.commands == [" ".join(version_command)]
+    assert again["results"] == {name: dict(result, source="cache") for name, result in first["results"].items()}, (
+        "a cached verdict is the verdict"
+    )
+    assert again["prog"] == "sglang-pd-sim"
+
+    runner = RealRunner(env)
+    changed = dict(argvs, decode0=[*argvs["decode0"], "--page-size", "x"])
+    third = cc.run_check(runner, help_command, changed, **kwargs)
+    assert (third["parser_runs"], runner.parser_runs) == (1, 1)
+    assert third["results"]["prefill0"]["source"] == "cache"
+    assert third["results"]["decode0"]["source"] == "parser"
+    assert third["failed"] is True
+    assert "decode0: --page-size: argument --page-size: invalid int value: 'x'" in third["msg"]
+    assert len(os.listdir(tmp_path)) == 2, "the unit's older verdict is pruned"
+
+    runner = RealRunner(env)
+    other_version = [sys.executable, "-c", "print('sglang-pd-sim 0.1.1')"]
+    fourth = cc.run_check(runner, help_command, argvs, **dict(kwargs, version_command=other_version))
+    assert (fourth["parser_runs"], runner.parser_runs) == (1, 1)
+
+    before = {name: os.stat(tmp_path / name).st_mtime_ns for name in os.listdir(tmp_path)}
+    checked = cc.run_check(RealRunner(env), help_command, argvs, **kwargs, write_cache=False)
+    assert checked["parser_runs"] == 1, "the run of another version pruned this version's verdicts"
+    assert {name: os.stat(tmp_path / name).st_mtime_ns for name in os.listdir(tmp_path)} == before, "check mode"
+
+
+def test_module_with_the_real_router(tmp_path):
+    """The module end to end, AnsibleModule.run_command included (the script goes as -c, argvs on stdin)."""
+    help_command, version_command, _ = program_commands("router")
+    args = {
+        "help_command": help_command,
+        "version_command": version_command,
+        "cache_dir": str(tmp_path),
+        "method": "argparse",
+        "argvs": {
+            "router": ["--pd-disaggregation", "--prefill", "http://a:30000", "8998", "--decode", "http://c:30001"],
+            "router_bad": ["--pd-disaggregation", "--prefill-policy", "fastest"],
+        },
+    }
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        patch_module_args(args),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+        pytest.raises(SystemExit) as exit_info,
+    ):
+        cli_check_module.main()
+    result = json.loads(out.getvalue())
+    assert exit_info.value.code == 1
+    assert result["method"] == "argparse"
+    assert result["version"] == "0.3.2"
+    assert result["results"]["router"]["ok"] is True
+    assert result["results"]["router"]["flags"]["--prefill"] == [["http://a:30000", "8998"]]
+    assert result["problems"]["router_bad"][0]["kind"] == "choice"
+    assert "router_bad: --prefill-policy: argument --prefill-policy: invalid choice: 'fastest'" in result["msg"]
+    assert "(its own parser)" in result["msg"]
+    assert len(os.listdir(tmp_path)) == 2

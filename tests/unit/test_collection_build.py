@@ -19,5 +19,5 @@ def test_build_leaves_out_tests_and_the_sandbox(tmp_path):
     leaked = [n for n in names if n.split("/")[0] in {"tests", "molecule", ".ci", "scripts", ".venv", ".cache"}
               or n.startswith("inventories/sandbox") or "pdsim" in n]  # fmt: skip
     assert leaked == [], leaked
-    assert "roles/sglang_internal/templates/sglang.service.j2" in names
+    assert "roles/sglang/templates/sglang.service.j2" in names
     assert "plugins/modules/gpu_topology.py" in names

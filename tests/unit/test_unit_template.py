@@ -13,7 +13,7 @@ from unit_files import parse_unit
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED = yaml.safe_load((REPO / "tests/integration/expected/rtxpro6000-8x.yml").read_text())
-TEMPLATE = REPO / "roles/sglang_internal/templates/sglang.service.j2"
+TEMPLATE = REPO / "roles/sglang/templates/sglang.service.j2"
 
 
 def render(spec):
