@@ -1,0 +1,298 @@
+"""A real Prometheus (Debian's package, started by the test on loopback) scrapes a converged sandbox through the
+targets that roles/sglang_monitoring writes; every target is up, and every dashboard and alert expression is
+run against what it scraped after requests went through the router. Each query is printed with its result count.
+
+One sandbox host (mon-1) holds prefill, decode and router; workers and the router's listeners bind to all
+addresses so that the controller's Prometheus reaches them at the guest's address. The router checks worker
+health every 2 s. After the normal traffic, two short faults under requests (the simulator's prefill dropping
+its KV transfers, then the prefill stopped) make the series appear that exist only once something failed
+(KV transfer and bootstrap failures, router errors and retries, failed health checks). Alerts whose expression
+stays empty in this run must be proven to fire by the promtool unit tests (tests/monitoring/sglang-alerts.test.yml).
+
+The monitoring play runs in the same ansible-playbook run as site.yml, after it: it reads the units that
+site.yml's preflight planned (the facts sglang_worker_units and sglang_router_unit), as a play in site.yml would.
+"""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+import yaml
+from sandbox_hosts import REPO, VENV_BIN, down, run, ssh_config, up, write_inventory
+
+sys.path.insert(0, str(REPO / "tests" / "monitoring"))
+import prom
+
+SANDBOX = "mon"
+HOST = f"{SANDBOX}-1"
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+ROUTER_PORT, PROM_PORT = 8000, 29000
+REQUESTS = 24
+RATE = "3m"  # $__rate_interval of the live queries: wide enough to still hold the traffic of this run
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(method, url, body=None, timeout=30):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with DIRECT.open(req, timeout=timeout) as resp:
+            return resp.status, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+    except OSError as exc:
+        return 0, str(exc)
+
+
+def wait_until(probe, timeout, what, interval=1.0):
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+class Prometheus:
+    def __init__(self, binary, workdir, rules, file_sd):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = {
+            "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "2s"},
+            "rule_files": [str(rules)],
+            "scrape_configs": [
+                {"job_name": "sglang", "file_sd_configs": [{"files": [str(file_sd)], "refresh_interval": "5s"}]}
+            ],
+        }
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        self.log = workdir / "prometheus.log"
+        env = {k: v for k, v in os.environ.items() if k.lower() not in {"http_proxy", "https_proxy", "all_proxy"}}
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [
+                    binary,
+                    f"--config.file={workdir / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={workdir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--storage.tsdb.retention.time=1h",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+
+    def api(self, path, **params):
+        status, body = http("GET", f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}", timeout=10)
+        assert status == 200, f"{path} {params}: {status} {body[:500]}\n{self.log.read_text()[-2000:]}"
+        return json.loads(body)["data"]
+
+    def query(self, expr):
+        return self.api("query", query=expr)["result"]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    binaries = prom.ensure_prometheus()
+    work = tmp_path_factory.mktemp("monitoring")
+    up(SANDBOX)
+    try:
+        hosts = json.loads((REPO / ".cache" / "sandbox" / SANDBOX / "hosts.json").read_text())
+        address = next(h["address"] for h in hosts if h["name"] == HOST)
+        host_vars = {
+            "sglang_bind_host": "0.0.0.0",
+            "sglang_router_host": "0.0.0.0",
+            "sglang_router_prometheus_host": "0.0.0.0",
+            "sglang_router_port": ROUTER_PORT,
+            "sglang_router_prometheus_port": PROM_PORT,
+            "sglang_router_extra_flags": {"health-check-interval-secs": 2},
+            # decode gives up on a KV handoff after 2 s (sglang: its bootstrap / waiting timeouts, 300 s)
+            "sglang_decode_extra_env": {"SGLANG_SIM_HANDOFF_TIMEOUT": "2"},
+            # where the controller's Prometheus reaches mon-1 (its listeners bind all addresses; the plan's
+            # URLs say loopback, as prefill, decode and router share the host)
+            "sglang_advertise_address": address,
+        }
+        inv = write_inventory(work / "inventory", SANDBOX, HOST, host_vars=host_vars)
+        out = work / "out"
+        playbook = work / "site-and-monitoring.yml"
+        playbook.write_text(
+            yaml.safe_dump(
+                [
+                    {"name": "Converge", "ansible.builtin.import_playbook": str(REPO / "site.yml")},
+                    {
+                        "name": "Monitoring files",
+                        "hosts": "prefill:decode:router",
+                        "gather_facts": False,
+                        "roles": [{"role": "disagg.sglang.sglang_monitoring"}],
+                    },
+                ]
+            )
+        )
+        extra = {
+            "sglang_monitoring_cluster": "mon",
+            "sglang_monitoring_file_sd_path": str(out / "file_sd" / "sglang.json"),
+            "sglang_monitoring_rules_path": str(out / "rules" / "sglang-alerts.yml"),
+            "sglang_monitoring_dashboard_path": str(out / "dashboards" / "sglang-pd.json"),
+            "sglang_monitoring_promtool": binaries["promtool"],
+        }
+        run([str(VENV_BIN / "ansible-playbook"), "-i", str(inv), str(playbook), "-e", json.dumps(extra)])
+        server = Prometheus(
+            binaries["prometheus"], work, out / "rules" / "sglang-alerts.yml", out / "file_sd" / "*.json"
+        )
+        try:
+            wait_until(lambda: http("GET", f"{server.url}/-/ready")[0] == 200, 60, "Prometheus ready")
+            yield {"prometheus": server, "address": address, "out": out, "work": work}
+        finally:
+            server.stop()
+    finally:
+        down(SANDBOX)
+
+
+def on_host(command):
+    return run(["ssh", "-F", str(ssh_config(SANDBOX)), HOST, command])
+
+
+@pytest.fixture(scope="module")
+def traffic(deployment):
+    """Requests through the router, then two faults under requests, then everything ready again.
+
+    1. The prefill restarted with the simulator's `handoff:drop` (its KV transfers never complete): decode
+       gives up after its handoff timeout, as sglang counts a failed transfer.
+    2. The prefill stopped: decode's bootstrap never connects (a failed bootstrap), the router's requests to
+       the prefill fail (errors, retries, failed health checks).
+    """
+    router = f"http://{deployment['address']}:{ROUTER_PORT}"
+    statuses = []
+    for i in range(REQUESTS):
+        if i % 4 == 3:
+            body = {"model": "deepseek-v4-flash", "messages": [{"role": "user", "content": f"question {i}"}],
+                    "max_tokens": 16, "stream": True}  # fmt: skip
+            statuses.append(http("POST", f"{router}/v1/chat/completions", body)[0])
+        else:
+            body = {"text": f"The capital of France is {i}", "sampling_params": {"max_new_tokens": 16}}
+            statuses.append(http("POST", f"{router}/generate", body)[0])
+    assert statuses.count(200) == REQUESTS, statuses
+    print(f"{REQUESTS} requests through the router: all 200")
+
+    def ready():
+        return http("GET", f"{router}/readiness")[0] == 200
+
+    def one(text):
+        return http("POST", f"{router}/generate", {"text": text, "sampling_params": {"max_new_tokens": 4}}, 60)[0]
+
+    try:
+        # systemd's manager environment reaches units started after it is set
+        on_host("systemctl set-environment SGLANG_SIM_FAIL=handoff:drop && systemctl restart sglang-prefill0")
+        wait_until(ready, 120, "router ready with the dropping prefill")
+        print(f"prefill dropping KV transfers: {[one(f'drop {i}') for i in range(2)]}")
+    finally:
+        on_host("systemctl unset-environment SGLANG_SIM_FAIL && systemctl restart sglang-prefill0")
+    wait_until(ready, 120, "router ready again")
+    on_host("systemctl stop sglang-prefill0")
+    try:
+        print(f"prefill stopped: {[one(f'down {i}') for i in range(2)]}")
+        time.sleep(4)  # > 3 failed health checks at 2 s
+    finally:
+        on_host("systemctl start sglang-prefill0")
+    wait_until(ready, 120, "router ready again")
+    # the breaker of a healthy worker may still be open: retry until one request passes, then a few more
+    wait_until(lambda: one("after") == 200, 60, "a request after recovery")
+    for _ in range(4):
+        one("more")
+    time.sleep(6)  # three scrapes at 2 s
+    return statuses
+
+
+def test_every_generated_target_is_up(deployment, traffic):
+    server = deployment["prometheus"]
+    written = json.loads((deployment["out"] / "file_sd" / "sglang.json").read_text())
+    assert [g["labels"]["role"] for g in written] == ["prefill", "decode", "router"]
+
+    def all_up():
+        active = server.api("targets", state="active")["activeTargets"]
+        return len(active) == len(written) and all(t["health"] == "up" for t in active) and active
+
+    active = wait_until(all_up, 60, "every target up")
+    for target in active:
+        labels = target["labels"]
+        print(f"target {target['scrapeUrl']}: {target['health']} {labels}")
+        want = next(g for g in written if g["targets"] == [target["discoveredLabels"]["__address__"]])
+        assert {k: labels[k] for k in want["labels"]} == want["labels"]
+    up = server.query('up{cluster="mon"}')
+    assert sorted(r["metric"]["instance"] for r in up) == ["decode0", "prefill0", "router"]
+    assert all(r["value"][1] == "1" for r in up)
+
+
+def test_every_metric_of_the_fixture_has_series(deployment, traffic):
+    server = deployment["prometheus"]
+    missing = []
+    for name in prom.fixture_names():
+        count = len(server.query(f'{{__name__=~"{re.escape(name)}(_bucket)?",cluster="mon"}}'))
+        print(f"[{count:3d}] {name}")
+        if count == 0:
+            missing.append(name)
+    assert not missing, f"scraped no series of {missing}"
+
+
+def test_every_dashboard_query_returns_data(deployment, traffic):
+    server = deployment["prometheus"]
+    empty = []
+    for title, ref, expr in prom.dashboard_queries():
+        query = prom.live(expr, RATE)
+        count = len(server.query(query))
+        print(f"[{count:3d}] {title} {ref}: {query}")
+        if count == 0:
+            empty.append(f"{title} {ref}")
+    for name, definition in prom.dashboard_variable_queries():
+        selector = prom.live(definition[len("label_values(") :].rsplit(",", 1)[0])
+        label = definition.rsplit(",", 1)[1].strip(" )")
+        values = sorted({r["metric"].get(label) for r in server.query(selector)} - {None})
+        print(f"[{len(values):3d}] variable {name}: {definition} -> {values}")
+        if not values:
+            empty.append(f"variable {name}")
+    assert not empty, f"dashboard queries without data: {empty}"
+
+
+def test_every_alert_expression_returns_data_or_is_proven_by_promtool(deployment, traffic):
+    server = deployment["prometheus"]
+    rules = deployment["out"] / "rules" / "sglang-alerts.yml"
+    tested = set(re.findall(r"^\s+alertname: (\w+)$", prom.RULES_TEST.read_text(), re.MULTILINE))
+    unproven, no_series = [], []
+    for alert, expr in prom.rule_alerts(rules):
+        count = len(server.query(expr))
+        how = (
+            "fires here" if count else ("quiet here; promtool test proves it fires" if alert in tested else "UNPROVEN")
+        )
+        print(f"[{count:3d}] {alert}: {' '.join(expr.split())}  ({how})")
+        if not count and alert not in tested:
+            unproven.append(alert)
+        for name in sorted(prom.metric_names(expr)):
+            series = len(server.query(f'{{__name__=~"{re.escape(name)}(_bucket)?",cluster="mon"}}'))
+            if series == 0:
+                no_series.append(f"{alert}: {name}")
+    state = server.api("rules", type="alert")["groups"]
+    print("alert states: " + ", ".join(f"{r['name']}={r['state']}" for g in state for r in g["rules"]))
+    assert not unproven
+    assert not no_series, f"alert expressions over series that were never scraped: {no_series}"

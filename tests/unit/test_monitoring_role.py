@@ -1,0 +1,252 @@
+"""roles/sglang_monitoring on the controller: file_sd targets of a multi-instance inventory, the alert rules
+(`promtool check rules` and `promtool test rules` on the rendered file), the dashboard, and the metric names
+both use (tests/fixtures/metrics/dashboard-metrics.txt) against the installed sglang-router binary.
+
+The inventory stands in for what site.yml's preflight plans: each worker host's sglang_worker_units and the
+router host's sglang_router_unit. promtool is Debian's (installed by tests/monitoring/prom.py when missing).
+"""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sglang_router
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monitoring"))
+import prom
+from ansible_collections.disagg.sglang.plugins.module_utils.monitoring import scrape_targets
+
+REPO = prom.REPO
+VENV_BIN = REPO / ".venv" / "bin"
+PLAY = """
+- name: Monitoring files
+  hosts: prefill:decode:router
+  gather_facts: false
+  roles:
+    - role: disagg.sglang.sglang_monitoring
+"""
+
+
+def units(host, address):
+    """2 prefill + 2 decode, TP2 each, on one 8-GPU host (the multi-instance inventory)."""
+    rows = [
+        ("prefill0", "prefill", 30000, [0, 1], 0),
+        ("prefill1", "prefill", 30010, [2, 3], 0),
+        ("decode0", "decode", 30001, [4, 5], 1),
+        ("decode1", "decode", 30011, [6, 7], 1),
+    ]
+    # the keys the monitoring role reads of a planned spec (plugins/module_utils/units.py has many more)
+    return [
+        {"unit": f"sglang-{n}", "name": n, "role": r, "host": host, "port": p,
+         "metrics_url": f"http://{address}:{p}/metrics", "flags": {"host": "0.0.0.0", "port": p},
+         "gpus": g, "numa_node": node}
+        for n, r, p, g, node in rows
+    ]  # fmt: skip
+
+
+# The router's listener binds all addresses; its plan says loopback (probed from the host itself): the target
+# is the router host's ansible_host.
+ROUTER = {"unit": "sglang-router", "name": "router", "role": "router", "host": "gw",
+          "metrics_url": "http://127.0.0.1:29000/metrics", "flags": {"prometheus-host": "0.0.0.0"}}  # fmt: skip
+
+
+def inventory(directory, hosts):
+    """hosts: {name: {groups: [...], vars...}} -> an inventory dir named like a cluster (its basename)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    children = {}
+    for name, spec in hosts.items():
+        for group in spec["groups"]:
+            children.setdefault(group, {"hosts": {}})["hosts"][name] = None
+    host_vars = directory / "host_vars"
+    host_vars.mkdir(exist_ok=True)
+    for name, spec in hosts.items():
+        (host_vars / f"{name}.yml").write_text(yaml.safe_dump({k: v for k, v in spec.items() if k != "groups"}))
+    doc = {"all": {"vars": {"ansible_connection": "local"}, "children": children}}
+    (directory / "hosts.yml").write_text(yaml.safe_dump(doc))
+    return directory
+
+
+def converge(inv, out, check=True, **extra):
+    play = out / "play.yml"
+    play.write_text(PLAY)
+    variables = {
+        "sglang_monitoring_file_sd_path": str(out / "file_sd" / "sglang.json"),
+        "sglang_monitoring_rules_path": str(out / "rules" / "sglang-alerts.yml"),
+        "sglang_monitoring_dashboard_path": str(out / "dashboards" / "sglang-pd.json"),
+        "sglang_monitoring_promtool": prom.ensure_prometheus()["promtool"],
+        **extra,
+    }
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), "-i", str(inv), str(play), "-e", json.dumps(variables)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": f"{VENV_BIN}:/usr/bin:/bin", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "HOME": str(out)},
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(f"ansible-playbook failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+    return proc
+
+
+def recap(output):
+    totals = {}
+    for match in re.finditer(r"^\S+\s+:\s+(.*)$", output, re.MULTILINE):
+        for key, value in re.findall(r"(\w+)=(\d+)", match.group(1)):
+            totals[key] = totals.get(key, 0) + int(value)
+    return totals
+
+
+HOSTS = {
+    "gpu1": {"groups": ["prefill", "decode"], "sglang_worker_units": units("gpu1", "10.0.0.11")},
+    "gpu2": {"groups": ["prefill", "decode"], "sglang_worker_units": units("gpu2", "10.0.0.12")},
+    "gw": {"groups": ["router"], "sglang_router_unit": ROUTER, "ansible_host": "10.0.0.9"},
+}
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    base = tmp_path_factory.mktemp("monitoring")
+    inv = inventory(base / "prod-a", HOSTS)
+    out = base / "out"
+    out.mkdir()
+    first = converge(inv, out)
+    return {"inventory": inv, "out": out, "first": first.stdout}
+
+
+def test_multi_instance_inventory_writes_one_target_per_worker(rendered):
+    got = json.loads((rendered["out"] / "file_sd" / "sglang.json").read_text())
+    workers = HOSTS["gpu1"]["sglang_worker_units"] + HOSTS["gpu2"]["sglang_worker_units"]
+    want = scrape_targets(workers, [ROUTER], "prod-a", {"gw": "10.0.0.9"})
+    assert got == want
+    assert len(got) == 9
+    workers = [g for g in got if g["labels"]["role"] in ("prefill", "decode")]
+    assert len(workers) == 8
+    first = next(g for g in got if g["targets"] == ["10.0.0.12:30011"])
+    assert first["labels"] == {"cluster": "prod-a", "role": "decode", "instance": "decode1", "host": "gpu2",
+                               "gpus": "6,7", "numa_node": "1"}  # fmt: skip
+    assert got[-1]["targets"] == ["10.0.0.9:29000"]
+    assert "9 targets in" in rendered["first"]
+
+
+def test_rerun_changes_nothing_and_an_inventory_change_rewrites_only_the_targets(rendered, tmp_path):
+    again = converge(rendered["inventory"], rendered["out"]).stdout
+    assert recap(again)["changed"] == 0, again[-3000:]
+    rules_before = (rendered["out"] / "rules" / "sglang-alerts.yml").read_text()
+    smaller = {**HOSTS, "gpu2": {**HOSTS["gpu2"], "sglang_worker_units": units("gpu2", "10.0.0.12")[:3]}}
+    inv = inventory(tmp_path / "prod-a", smaller)
+    out = converge(inv, rendered["out"]).stdout
+    changed = re.findall(r"^changed: \[[^\]]+\]", out, re.MULTILINE)
+    assert recap(out)["changed"] == 1 and len(changed) == 1, out[-3000:]
+    assert "TASK [disagg.sglang.sglang_monitoring : Write the scrape targets (file_sd)]" in out.split(changed[0])[0]
+    got = json.loads((rendered["out"] / "file_sd" / "sglang.json").read_text())
+    assert len(got) == 8 and "10.0.0.12:30011" not in {g["targets"][0] for g in got}
+    assert (rendered["out"] / "rules" / "sglang-alerts.yml").read_text() == rules_before
+    converge(rendered["inventory"], rendered["out"])  # back to the module's inventory
+
+
+def test_a_host_without_planned_units_fails_instead_of_dropping_its_targets(tmp_path):
+    hosts = {**HOSTS, "gpu3": {"groups": ["decode"]}}
+    proc = converge(inventory(tmp_path / "c", hosts), tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "No planned units (sglang_worker_units / sglang_router_unit) on gpu3" in proc.stdout, proc.stdout[-2000:]
+    assert not (tmp_path / "file_sd" / "sglang.json").exists()
+
+
+def test_nothing_is_written_without_paths(tmp_path):
+    proc = converge(
+        inventory(tmp_path / "c", HOSTS),
+        tmp_path,
+        sglang_monitoring_file_sd_path="",
+        sglang_monitoring_rules_path="",
+        sglang_monitoring_dashboard_path="",
+    )
+    assert recap(proc.stdout)["changed"] == 0
+    assert not any((tmp_path / d).exists() for d in ("file_sd", "rules", "dashboards"))
+
+
+def test_promtool_check_and_unit_tests_of_the_rendered_rules(rendered, tmp_path):
+    promtool = prom.ensure_prometheus()["promtool"]
+    rules = rendered["out"] / "rules" / "sglang-alerts.yml"
+    check = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, check=False)
+    print(check.stdout)
+    assert check.returncode == 0 and "SUCCESS: 9 rules found" in check.stdout, check.stdout + check.stderr
+    (tmp_path / "sglang-alerts.yml").write_text(rules.read_text())
+    (tmp_path / "sglang-alerts.test.yml").write_text(prom.RULES_TEST.read_text())
+    test = subprocess.run(
+        [promtool, "test", "rules", "sglang-alerts.test.yml"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    print(test.stdout)
+    assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
+    tested = set(re.findall(r"^\s+alertname: (\w+)$", prom.RULES_TEST.read_text(), re.MULTILINE))
+    assert tested == {name for name, _ in prom.rule_alerts(rules)}, "every alert has a promtool test"
+
+
+def test_promtool_test_catches_a_wrong_threshold(rendered, tmp_path):
+    """The unit tests are not vacuous: with a KV cache threshold of 0.99 the 'fires' case fails."""
+    rules = (rendered["out"] / "rules" / "sglang-alerts.yml").read_text()
+    wrong = rules.replace("(sglang:token_usage) > 0.95", "(sglang:token_usage) > 0.99")
+    assert wrong != rules
+    (tmp_path / "sglang-alerts.yml").write_text(wrong)
+    (tmp_path / "sglang-alerts.test.yml").write_text(prom.RULES_TEST.read_text())
+    test = subprocess.run(
+        [prom.ensure_prometheus()["promtool"], "test", "rules", "sglang-alerts.test.yml"],
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert test.returncode != 0 and "SGLangKVCacheNearlyFull" in test.stdout + test.stderr
+
+
+def test_dashboard_is_the_collection_file_and_its_queries_parse(rendered, tmp_path):
+    written = json.loads((rendered["out"] / "dashboards" / "sglang-pd.json").read_text())
+    assert written == json.loads(prom.DASHBOARD.read_text())
+    ids = [p["id"] for p in written["panels"]]
+    assert len(ids) == len(set(ids))
+    queries = prom.dashboard_queries(written)
+    assert len(queries) >= 30
+    for panel in written["panels"]:
+        if panel["type"] != "row":
+            assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+    # promtool parses every query (Grafana's variables as a live query would see them) as a recording rule
+    doc = {"groups": [{"name": "dashboard", "rules": [
+        {"record": f"dashboard:q{i}", "expr": prom.live(expr)} for i, (_, _, expr) in enumerate(queries)
+    ] + [{"record": f"dashboard:v{i}", "expr": prom.live(q[len("label_values("):].rsplit(",", 1)[0])}
+         for i, (_, q) in enumerate(prom.dashboard_variable_queries(written))]}]}  # fmt: skip
+    path = tmp_path / "dashboard-rules.yml"
+    path.write_text(yaml.safe_dump(doc))
+    check = subprocess.run(
+        [prom.ensure_prometheus()["promtool"], "check", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_fixture_lists_exactly_the_metrics_the_rules_and_dashboard_use(rendered):
+    used = prom.metric_names((rendered["out"] / "rules" / "sglang-alerts.yml").read_text())
+    used |= prom.metric_names("\n".join(expr for _, _, expr in prom.dashboard_queries()))
+    listed = set(prom.fixture_names())
+    assert used - listed == set(), "used but not listed in dashboard-metrics.txt"
+    assert listed - used == set(), "listed but used nowhere"
+
+
+def test_router_metric_names_are_in_the_installed_router_binary():
+    """sglang-router 0.3.2 registers its metrics by name: each name we use is a string in its extension."""
+    blob = next(Path(sglang_router.__file__).parent.glob("sglang_router_rs*.so")).read_bytes()
+    router_names = [n for n in prom.fixture_names() if n.startswith("smg_")]
+    assert router_names
+    missing = [n for n in router_names if n.encode() not in blob]
+    assert not missing, f"not in the installed sglang-router binary: {missing}"
+
+
+def test_sglang_metric_names_are_in_the_simulators_list():
+    """The simulator's list (tests/fixtures/metrics/sglang-0.5.23-metrics.txt, read from the 0.5.23 source)."""
+    if not prom.SIM_FIXTURE.exists():
+        pytest.skip(f"{prom.SIM_FIXTURE.relative_to(REPO)} not there yet (the simulator's metric list)")
+    sim = set(prom.METRIC.findall(prom.SIM_FIXTURE.read_text()))
+    sim |= {prom.base_name(n) for n in sim}
+    ours = [n for n in prom.fixture_names() if n.startswith("sglang:")]
+    missing = [n for n in ours if n not in sim]
+    assert not missing, f"not in the simulator's sglang 0.5.23 list: {missing}"
