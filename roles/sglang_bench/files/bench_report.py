@@ -242,8 +242,8 @@ def histogram_quantile(buckets: dict, q: float):
     prev_le, prev_count = 0.0, 0.0
     for le, count in items:
         if count >= rank:
-            if math.isinf(le):
-                return prev_le
+            if math.isinf(le):  # beyond the last finite bucket: its bound, as Prometheus; unknown without one
+                return prev_le if len(items) > 1 else None
             if count == prev_count:
                 return le
             return prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)

@@ -27,9 +27,6 @@ EXIT_CLIENT, EXIT_REGRESSION = 1, 3
 def cmd_step(args) -> int:
     run_dir = Path(args.run_dir)
     out = json.loads(Path(args.step_output).read_text())
-    raw_dir = run_dir / "raw"
-    raw_dir.mkdir(parents=True, exist_ok=True)
-    (raw_dir / f"c{args.concurrency}.json").write_text(json.dumps(out, indent=1))
     if out.get("raw") is None or (out.get("rc") and not out.get("raw")):
         why = "ran past its deadline and was stopped" if out.get("timed_out") else f"exited {out.get('rc')}"
         print(f"step {args.index}/{args.total} concurrency {args.concurrency}: the client {why}, no result.")
