@@ -8,9 +8,13 @@ requests of 64/16 tokens; every step has a deadline. Reports go to a temporary d
 
 import json
 import re
+import sys
 
 import pytest
 from sandbox_hosts import REPO, VENV_BIN, down, run, up, write_inventory
+
+sys.path.insert(0, str(REPO / "roles/sglang_bench/files"))
+import bench_report  # noqa: E402
 
 SANDBOX = "pytest-bench"
 HOST = f"{SANDBOX}-1"
@@ -46,7 +50,14 @@ def sandbox(tmp_path_factory):
 def bench(sandbox, extra=None, check=True):
     settings = {**BENCH, "sglang_bench_reports_dir": str(sandbox["reports"]), **(extra or {})}
     return run(
-        [str(VENV_BIN / "ansible-playbook"), "-i", sandbox["inventory"], "playbooks/bench.yml", "-e", json.dumps(settings)],
+        [
+            str(VENV_BIN / "ansible-playbook"),
+            "-i",
+            sandbox["inventory"],
+            "playbooks/bench.yml",
+            "-e",
+            json.dumps(settings),
+        ],
         check=check,
         timeout=1200,
     )
@@ -57,11 +68,6 @@ def reports(sandbox):
 
 
 def check_report(directory, concurrencies):
-    import sys
-
-    sys.path.insert(0, str(REPO / "roles/sglang_bench/files"))
-    import bench_report
-
     report = json.loads((directory / "report.json").read_text())
     assert bench_report.missing_fields(report) == []
     assert report["simulated"] is True, "the sandbox's numbers must be labelled simulated"
@@ -102,8 +108,8 @@ def test_two_runs_compare_and_a_slower_decode_fails_the_gate(sandbox):
 
     # a 5x slower decode (the simulator's per-token latency, set through the inventory and converged)
     run(
-        [str(VENV_BIN / "ansible-playbook"), "-i", sandbox["inventory"], "site.yml", "--tags", "decode"]
-        + ["-e", decode_env(SLOWER)]
+        [str(VENV_BIN / "ansible-playbook"), "-i", sandbox["inventory"], "site.yml"]
+        + ["--tags", "decode", "-e", decode_env(SLOWER)]
     )
     third = bench(sandbox, {"sglang_bench_concurrencies": [4]}, check=False)
     assert third.returncode != 0, third.stdout[-3000:]

@@ -8,7 +8,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 PLOTS = (
     ("ttft.png", "Time to first token", "TTFT (ms)", (("ttft_ms", "p50"), ("ttft_ms", "p99"))),

@@ -36,7 +36,11 @@ STEP_KEYS = (
     "goodput_req_s",
     "slo_attainment",
 )
-PCT_KEYS = {"ttft_ms": ("mean", "p50", "p90", "p99"), "tpot_ms": ("mean", "p50", "p99"), "itl_ms": ("mean", "p50", "p99")}
+PCT_KEYS = {
+    "ttft_ms": ("mean", "p50", "p90", "p99"),
+    "tpot_ms": ("mean", "p50", "p99"),
+    "itl_ms": ("mean", "p50", "p99"),
+}
 PCT_KEYS["e2e_ms"] = ("mean", "p50", "p99")
 
 # Metric names (flattened: "tpot_ms.p50") and which way is worse.
@@ -470,8 +474,11 @@ def markdown(report: dict, plots: list[str]) -> str:
         f"- SLO: TTFT <= {s.get('slo_ttft_ms')} ms, TPOT <= {s.get('slo_tpot_ms')} ms",
         f"- collection {dep['collection'].get('version')} commit {dep['collection'].get('commit') or '-'}, "
         f"profile {dep.get('profile')}",
-        "- versions: " + ", ".join(f"{h}: " + " ".join(f"{k} {v}" for k, v in sorted(vs.items()) if v)
-                                   for h, vs in sorted(dep.get("versions", {}).items())),  # fmt: skip
+        "- versions: "
+        + ", ".join(
+            f"{h}: " + " ".join(f"{k} {v}" for k, v in sorted(vs.items()) if v)
+            for h, vs in sorted(dep.get("versions", {}).items())
+        ),
         "",
         "| concurrency | requests | failed | TTFT p50 | TTFT p90 | TTFT p99 | TPOT p50 | TPOT p99 | ITL p50 | ITL p99 "
         "| output tok/s | req/s | goodput req/s |",
@@ -492,7 +499,11 @@ def markdown(report: dict, plots: list[str]) -> str:
         lines.append("No earlier report of this inventory to compare with.")
     else:
         lines.append(f"Previous: {gate['previous']} - gate {'PASSED' if gate.get('passed') else 'FAILED'}.")
-        lines += ["", "| concurrency | metric | previous | current | worse by | threshold | |", "|---:|---|---:|---:|---:|---:|---|"]
+        lines += [
+            "",
+            "| concurrency | metric | previous | current | worse by | threshold | |",
+            "|---:|---|---:|---:|---:|---:|---|",
+        ]
         for row in gate.get("rows", []):
             worse = f"{row['worse_abs']:+g}" if row["metric"] == "failed" else f"{row['worse_pct']:+.1f}%"
             lines.append(

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Controller side of playbooks/bench.yml (run with the controller's Python, ansible_playbook_python).
 
-    bench_tool.py step  RUN_DIR STEP_OUTPUT.json --client C --concurrency N --requests R --index I --total T
-        keeps the client's raw output, normalizes it, prints the step's progress line; exit 1 when the
-        client failed or gave no result.
-    bench_tool.py build RUN_DIR --meta META.json [--previous auto|DIR] [--thresholds JSON]
-        writes report.json, report.md and the PNG plots into RUN_DIR, compares with the previous report
-        of the same inventory; exit 3 when a metric regressed past its threshold.
+bench_tool.py step  RUN_DIR STEP_OUTPUT.json --client C --concurrency N --requests R --index I --total T
+    keeps the client's raw output, normalizes it, prints the step's progress line; exit 1 when the
+    client failed or gave no result.
+bench_tool.py build RUN_DIR --meta META.json [--previous auto|DIR] [--thresholds JSON]
+    writes report.json, report.md and the PNG plots into RUN_DIR, compares with the previous report
+    of the same inventory; exit 3 when a metric regressed past its threshold.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_report as br  # noqa: E402
+import bench_report as br
 
 EXIT_CLIENT, EXIT_REGRESSION = 1, 3
 
