@@ -14,7 +14,7 @@ import pytest
 from sandbox_hosts import REPO, VENV_BIN, down, run, up, write_inventory
 
 sys.path.insert(0, str(REPO / "roles/sglang_bench/files"))
-import bench_report  # noqa: E402
+import bench_report
 
 SANDBOX = "pytest-bench"
 HOST = f"{SANDBOX}-1"
@@ -107,10 +107,8 @@ def test_two_runs_compare_and_a_slower_decode_fails_the_gate(sandbox):
     assert check_report(two, [1, 4])["gate"]["previous"] == one.name
 
     # a 5x slower decode (the simulator's per-token latency, set through the inventory and converged)
-    run(
-        [str(VENV_BIN / "ansible-playbook"), "-i", sandbox["inventory"], "site.yml"]
-        + ["--tags", "decode", "-e", decode_env(SLOWER)]
-    )
+    slower = ["--tags", "decode", "-e", decode_env(SLOWER)]
+    run([str(VENV_BIN / "ansible-playbook"), "-i", sandbox["inventory"], "site.yml", *slower])
     third = bench(sandbox, {"sglang_bench_concurrencies": [4]}, check=False)
     assert third.returncode != 0, third.stdout[-3000:]
     assert re.search(r"Regression: .*concurrency 4: tpot_ms\.p50 [\d.]+ -> [\d.]+ \(\+[\d.]+% worse, threshold 100%\)",
