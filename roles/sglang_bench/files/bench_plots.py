@@ -32,7 +32,7 @@ def _series(steps, key, pct):
 def plot_report(report: dict, previous: dict | None, out_dir: Path) -> list[str]:
     """Writes the PNGs into out_dir; returns their file names."""
     names = []
-    label = "simulated " if report.get("simulated") else ""
+    label = " (simulated)" if report.get("simulated") else ""
     for name, title, ylabel, metrics in PLOTS:
         fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
         for key, pct in metrics:
@@ -45,7 +45,7 @@ def plot_report(report: dict, previous: dict | None, out_dir: Path) -> list[str]
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrency (requests in flight)")
         ax.set_ylabel(ylabel)
-        ax.set_title(f"{label}{title} - {report['inventory']}".strip())
+        ax.set_title(f"{title} - {report['inventory']}{label}")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()
