@@ -28,6 +28,9 @@ PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)] + [
 WITH_DEPS = ["sglang-router==0.3.2", "nvidia-ml-py==13.615.71", "numpy", "pip", "setuptools", "wheel"]
 # nixl is the meta package that provides `nixl._api` (the import sglang makes); nixl-cu13 the CUDA 13 build.
 NO_DEPS = ["nixl==1.5.1", "nixl-cu13==1.5.1"]
+# The benchmark client of playbooks/bench.yml (roles/sglang_bench installs it into its own venv on the
+# client host); kept apart so its ~230 MB do not re-stamp the serving wheels.
+BENCH = ["aiperf==0.13.0"]
 PDSIM = Path(__file__).resolve().parent / "pdsim"
 PDSIM_DIST = "sglang_pd_sim"
 BUILD_LEFTOVERS = ("build", "dist", "*.egg-info", "__pycache__")
@@ -87,6 +90,12 @@ def ensure() -> Path:
             pip(*download_args(), "--no-deps", *NO_DEPS)
             (WHEELHOUSE / ".stamp-thirdparty").write_text(want)
             log(f"wheelhouse: third-party wheels in {time.monotonic() - started:.1f} s")
+        want = hashlib.sha256(" ".join(BENCH + PLATFORMS).encode()).hexdigest()[:16]
+        if not stamp_ok("bench", want):
+            started = time.monotonic()
+            pip(*download_args(), *BENCH)
+            (WHEELHOUSE / ".stamp-bench").write_text(want)
+            log(f"wheelhouse: benchmark client wheels in {time.monotonic() - started:.1f} s")
         if not (PDSIM / "pyproject.toml").exists():
             log(f"wheelhouse: {PDSIM} is not there yet; skipping the simulator wheel")
         else:

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Controller side of playbooks/bench.yml (run with the controller's Python, ansible_playbook_python).
+
+bench_tool.py step  RUN_DIR STEP_OUTPUT.json --client C --concurrency N --requests R --index I --total T
+    keeps the client's raw output, normalizes it, prints the step's progress line; exit 1 when the
+    client failed or gave no result.
+bench_tool.py build RUN_DIR --meta META.json [--previous auto|DIR] [--thresholds JSON]
+    writes report.json, report.md and the PNG plots into RUN_DIR, compares with the previous report
+    of the same inventory; exit 3 when a metric regressed past its threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_report as br
+
+EXIT_CLIENT, EXIT_REGRESSION = 1, 3
+
+
+def cmd_step(args) -> int:
+    run_dir = Path(args.run_dir)
+    out = json.loads(Path(args.step_output).read_text())
+    if out.get("raw") is None or (out.get("rc") and not out.get("raw")):
+        why = "ran past its deadline and was stopped" if out.get("timed_out") else f"exited {out.get('rc')}"
+        print(f"step {args.index}/{args.total} concurrency {args.concurrency}: the client {why}, no result.")
+        print(out.get("output_tail", ""))
+        return EXIT_CLIENT
+    step = br.normalize(args.client, out["raw"], args.concurrency, args.requests)
+    step["seconds"] = out.get("seconds")
+    step["timed_out"] = bool(out.get("timed_out"))
+    step["server"] = {}
+    for worker, m in sorted((out.get("metrics") or {}).items()):
+        gmax: dict = {}
+        for sample in m.get("samples", []):
+            for name, value in br.gauge_totals(sample).items():
+                gmax[name] = max(value, gmax.get(name, value))
+        step["server"][worker] = br.server_delta(m.get("before", ""), m.get("after", ""), gmax)
+    (run_dir / f"step-c{args.concurrency}.json").write_text(json.dumps(step, indent=1))
+    print(br.progress_line(step, args.index, args.total, out.get("seconds")))
+    return 0
+
+
+def collection_info(root: Path) -> dict:
+    info = {"name": None, "version": None, "commit": None, "dirty": None}
+    galaxy, manifest = root / "galaxy.yml", root / "MANIFEST.json"
+    if galaxy.exists():
+        for line in galaxy.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("namespace", "name", "version") and value.strip():
+                info[key] = value.strip().strip("\"'")
+        if info.get("namespace"):
+            info["name"] = f"{info.pop('namespace')}.{info['name']}"
+    elif manifest.exists():
+        ci = json.loads(manifest.read_text()).get("collection_info", {})
+        info.update(name=f"{ci.get('namespace')}.{ci.get('name')}", version=ci.get("version"))
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
+        if commit.returncode == 0:
+            info["commit"] = commit.stdout.strip()
+            dirty = subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
+            info["dirty"] = bool(dirty.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def deployment(meta: dict) -> dict:
+    units, versions, simulated = {}, {}, False
+    for host, h in sorted((meta.get("hosts") or {}).items()):
+        versions[host] = h.get("versions") or {}
+        for name, text in sorted((h.get("units") or {}).items()):
+            unit = br.parse_unit(text)
+            units[name] = {
+                "host": host,
+                "module": unit["module"],
+                "flags": unit["flags"],
+                "placement": br.placement_of(unit),
+            }
+        for info in (h.get("server_info") or {}).values():
+            if isinstance(info, dict) and info.get("simulator"):
+                simulated = True
+    return {
+        "collection": collection_info(Path(meta["collection_root"])),
+        "profile": meta.get("profile"),
+        "units": units,
+        "versions": versions,
+        "simulated": simulated,
+    }
+
+
+def load_reports(inventory_dir: Path) -> list[dict]:
+    reports = []
+    for path in sorted(inventory_dir.glob("*/report.json")):
+        try:
+            report = json.loads(path.read_text())
+        except ValueError:
+            continue
+        report["_dir"] = str(path.parent)
+        reports.append(report)
+    return reports
+
+
+def cmd_build(args) -> int:
+    run_dir = Path(args.run_dir)
+    meta = json.loads(Path(args.meta).read_text())
+    thresholds = json.loads(args.thresholds or "{}")
+    problems = br.check_thresholds(thresholds)
+    if problems:
+        print("\n".join(problems))
+        return EXIT_CLIENT
+    steps = [json.loads((run_dir / f"step-c{c}.json").read_text()) for c in meta["settings"]["concurrencies"]]
+    dep = deployment(meta)
+    report = {
+        "schema": br.SCHEMA,
+        "id": run_dir.name,
+        "inventory": meta["inventory"],
+        "simulated": dep.pop("simulated"),
+        "client": meta["client"],
+        "client_version": meta.get("client_version"),
+        "settings": meta["settings"],
+        "deployment": dep,
+        "steps": steps,
+    }
+    previous = None
+    if args.previous and args.previous != "none":
+        if args.previous == "auto":
+            candidates = [r for r in load_reports(run_dir.parent) if r["_dir"] != str(run_dir)]
+            previous = br.pick_previous(candidates, report["id"])
+        else:
+            path = Path(args.previous)
+            previous = json.loads((path / "report.json" if path.is_dir() else path).read_text())
+    gate = {"previous": None, "rows": [], "regressions": [], "passed": True, "thresholds": thresholds}
+    if previous:
+        gate.update(br.compare(steps, previous["steps"], thresholds), previous=previous["id"])
+    report["gate"] = gate
+    plots = __import__("bench_plots").plot_report(report, previous, run_dir)
+    report["plots"] = plots
+    missing = br.missing_fields(report)
+    if missing:
+        print("report is missing: " + ", ".join(missing))
+        return EXIT_CLIENT
+    (run_dir / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True))
+    page = br.markdown(report, plots)
+    (run_dir / "report.md").write_text(page)
+    table = [line for line in page.splitlines() if line.startswith("|")]
+    first_table = table[: 2 + len(steps)]
+    print(f"report: {run_dir}/report.md" + (" (SIMULATED numbers)" if report["simulated"] else ""))
+    print("\n".join(first_table))
+    if not previous:
+        print("no earlier report of this inventory: nothing to compare with")
+        return 0
+    if gate["passed"]:
+        print(f"compared with {previous['id']}: no metric regressed past its threshold")
+        return 0
+    print(f"REGRESSION against {previous['id']} (sglang_bench_regression_thresholds):")
+    for row in gate["regressions"]:
+        print("  " + br.regression_message(row))
+    return EXIT_REGRESSION
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="bench_tool.py")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("step")
+    s.add_argument("run_dir")
+    s.add_argument("step_output")
+    s.add_argument("--client", required=True, choices=sorted(br.NORMALIZERS))
+    s.add_argument("--concurrency", type=int, required=True)
+    s.add_argument("--requests", type=int, required=True)
+    s.add_argument("--index", type=int, default=1)
+    s.add_argument("--total", type=int, default=1)
+    b = sub.add_parser("build")
+    b.add_argument("run_dir")
+    b.add_argument("--meta", required=True)
+    b.add_argument("--previous", default="auto")
+    b.add_argument("--thresholds", default="{}")
+    args = parser.parse_args(argv)
+    try:
+        return cmd_step(args) if args.cmd == "step" else cmd_build(args)
+    except br.BenchError as exc:
+        print(f"error: {exc}")
+        return EXIT_CLIENT
+
+
+if __name__ == "__main__":
+    sys.exit(main())
