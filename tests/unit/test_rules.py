@@ -10,6 +10,7 @@ import topology_fakes as tf
 import yaml
 from ansible_collections.disagg.sglang.plugins.filter.plan import FilterModule
 from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology as gt
+from ansible_collections.disagg.sglang.plugins.module_utils import plan
 from inventory_vars import GROUPS, host_vars
 
 REPO = Path(__file__).resolve().parents[2]
@@ -17,11 +18,10 @@ ROWS = yaml.safe_load((REPO / "tests/cases/bad_inventories.yml").read_text())
 F = FilterModule().filters()
 
 
-@pytest.fixture(scope="module")
-def topology(tmp_path_factory):
-    """gpu_topology facts of the sandbox's 8x RTX PRO 6000 host, gathered from its fixture."""
-    spec = tf.load_host("rtxpro6000-8x")
-    root = tf.write_sysfs(tmp_path_factory.mktemp("sysfs"), spec.get("sysfs"), spec["dir"])
+def gather(fixture, tmp):
+    """gpu_topology facts of a host of tests/fixtures/topology, gathered from its fixture."""
+    spec = tf.load_host(fixture)
+    root = tf.write_sysfs(tmp, spec.get("sysfs"), spec["dir"])
     return gt.gather(
         sysfs_root=root,
         nvidia_smi_path="/nonexistent",
@@ -31,16 +31,66 @@ def topology(tmp_path_factory):
     )
 
 
+@pytest.fixture(scope="module")
+def topology(tmp_path_factory):
+    """gpu_topology facts of the sandbox's 8x RTX PRO 6000 host."""
+    return gather("rtxpro6000-8x", tmp_path_factory.mktemp("sysfs"))
+
+
+@pytest.fixture(scope="module")
+def topologies(tmp_path_factory, topology):
+    """Facts by fixture name, gathered once each (rows name one with `topology`)."""
+    cache = {"rtxpro6000-8x": topology}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = gather(name, tmp_path_factory.mktemp("sysfs"))
+        return cache[name]
+
+    return get
+
+
+def host_looks(v, worker_roles, missing=(), listeners=None):
+    """What plan.yml's stat and listener scan would find on a converged sandbox host: every path of
+    _sglang_host_paths exists as a directory except those in `missing`; `listeners` {port: owner}."""
+    # roles/sglang_internal/vars/main.yml's _sglang_host_paths (the unit Templar has no collection filters)
+    paths = plan.host_paths(
+        {
+            "sglang_model_path": v("sglang_model_path") if worker_roles else None,
+            "sglang_deps_wheelhouse": v("sglang_deps_wheelhouse"),
+            "sglang_read_write_paths": v("sglang_read_write_paths"),
+        }
+    )
+    found = {var: {"path": path, "exists": var not in missing, "isdir": True} for var, path in paths.items()}
+    return found, {str(k): o for k, o in (listeners or {}).items()}
+
+
 def preflight(
-    topology, *, groups=GROUPS, extra=None, host_extra=None, inventory="inventories/sandbox", with_units=False
+    topology,
+    *,
+    groups=GROUPS,
+    extra=None,
+    host_extra=None,
+    inventory="inventories/sandbox",
+    with_units=False,
+    missing=(),
+    listeners=None,
 ):
     """The messages of the first preflight stage that fails, as roles/*/tasks/plan.yml compute them; [] if none.
-    with_units: also the planned specs (the workers', then the router's)."""
+    with_units: also the planned specs (the workers', then the router's). missing: variables whose paths the
+    host lacks; listeners: {port: owner} already listening on the host."""
     _, _, v = host_vars(inventory=inventory, groups=groups, extra=extra, host_extra=host_extra)
     stages = []
     stages.append(lambda: F["deps_problems"](v("sglang_deps_packages"), v("sglang_deps_packages_nodeps"),
                                              v("sglang_deps_wheelhouse")))  # fmt: skip
     worker_roles = v("_sglang_worker_roles")
+    found_paths, found_listeners = host_looks(v, worker_roles, missing, listeners)
+    looks = {
+        "variables": v("_sglang_user_vars"),
+        "conflicting_units": v("sglang_conflicting_units"),
+        "host_paths": found_paths,
+        "listeners": found_listeners,
+    }
     found = F["profile_file"](v("sglang_profile"), str(REPO / inventory), str(REPO / "profiles"))
     profile = yaml.safe_load(Path(found["path"]).read_text()) if found["path"] else {}
     stages.append(lambda: found["problems"] if worker_roles else [])
@@ -55,6 +105,7 @@ def preflight(
             "kv_p2p_policy": v("sglang_kv_p2p_policy"),
             "profile": profile,
             "profile_name": found["path"] or v("sglang_profile"),
+            **looks,
         }
     )
     stages.append(lambda: plan["problems"])
@@ -73,6 +124,8 @@ def preflight(
                 "sglang_router_port": v("sglang_router_port"),
                 "sglang_router_prometheus_port": v("sglang_router_prometheus_port"),
             },
+            **looks,
+            "variables": {**v("_sglang_user_vars"), **v("_sglang_router_user_vars")},
         }
         router = F["router_plan"](plan["units"], router_inputs)
         stages.append(lambda: router["problems"])
@@ -93,9 +146,15 @@ def collapse(text):
     "row",
     [pytest.param(r, id=r["id"]) for r in ROWS if r.get("checked_by", "rules") == "rules" and not r.get("xfail")],
 )
-def test_bad_inventory_row_fails_with_its_message(topology, row):
-    messages = preflight(topology, groups=tuple(row.get("groups") or GROUPS), extra=row.get("extra"),
-                         host_extra=row.get("host_vars"))  # fmt: skip
+def test_bad_inventory_row_fails_with_its_message(topologies, row):
+    messages = preflight(
+        topologies(row.get("topology") or "rtxpro6000-8x"),
+        groups=tuple(row.get("groups") or GROUPS),
+        extra=row.get("extra"),
+        host_extra=row.get("host_vars"),
+        missing=tuple(row.get("host_missing") or ()),
+        listeners=row.get("host_listeners"),
+    )
     text = collapse(". ".join(messages) + ".")
     assert messages, f"{row['id']}: planned without a problem"
     missing = [fragment for fragment in row["expect"] if collapse(fragment) not in text]
