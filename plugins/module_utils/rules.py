@@ -81,11 +81,13 @@ def _positive_int(value):
 
 
 def _kind(value):
-    return (
-        "null"
-        if value is None
-        else {"dict": "a mapping", "list": "a list", "str": "a string"}.get(type(value).__name__, type(value).__name__)
-    )
+    """What a value is, in YAML's words (Ansible hands over subclasses of str, list and dict)."""
+    for kind, name in ((type(None), "null"), (bool, "a boolean"), (str, "a string"), (dict, "a mapping")):
+        if isinstance(value, kind):
+            return name
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "a number" if isinstance(value, (int, float)) else type(value).__name__
 
 
 TYPE_WANTED = {
@@ -313,11 +315,12 @@ def instance_problems(instances, role, unit_prefix="sglang-"):
             continue
         name = instance.get("name")
         where = f"{var}[{index}] ({name})" if name else f"{var}[{index}]"
-        if not isinstance(name, str) or not NAME.match(name) or len(name) > 64:
+        if not isinstance(name, str) or not NAME.match(name):
             problems.append(
-                f"{where}: name must be lowercase letters, digits, - or _, at most 64 characters "
-                f"(it becomes {unit_prefix}<name>.service)"
+                f"{where}: name must be lowercase letters, digits, - or _ (it becomes sglang-<name>.service)"
             )
+        elif len(name) > 64:
+            problems.append(f"{where}: name must be at most 64 characters (it becomes {unit_prefix}<name>.service)")
         elif name == "router":
             problems.append(
                 f"{where}: name router would make unit {unit_prefix}router.service, the router's own unit: "
@@ -348,7 +351,7 @@ def instance_problems(instances, role, unit_prefix="sglang-"):
             if key not in instance:
                 problems.append(f"{where}: {key} is missing (a port in 1-65535)")
             elif not port_ok(instance[key]):
-                problems.append(f"{where}: {key} {instance[key]!r} is not a port in 1-65535 (a whole number)")
+                problems.append(f"{where}: {key} {instance[key]!r} is not a port in 1-65535")
         if "bootstrap_port" in instance and role != "prefill" and not port_ok(instance["bootstrap_port"]):
             problems.append(f"{where}: bootstrap_port {instance['bootstrap_port']!r} is not a port in 1-65535")
         problems += flags_shape_problems(instance.get("flags"), f"{where}.flags")
