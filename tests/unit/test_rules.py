@@ -3,6 +3,8 @@ them (dependency lists, profile, host plan, PD contract, router plan): each fail
 The same inputs, without the row's change, plan cleanly. Rows that need the installed program's parser or a look
 at the host are proved elsewhere (tests/unit/test_cli_check.py, the sandbox rows)."""
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,8 @@ import topology_fakes as tf
 import yaml
 from ansible_collections.disagg.sglang.plugins.filter.plan import FilterModule
 from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology as gt
-from ansible_collections.disagg.sglang.plugins.module_utils import plan
+from ansible_collections.disagg.sglang.plugins.module_utils import plan, rules, units
+from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from inventory_vars import GROUPS, host_vars
 
 REPO = Path(__file__).resolve().parents[2]
@@ -168,3 +171,93 @@ def test_the_sandbox_inventory_plans_cleanly(topology):
 def test_the_table_has_distinct_rows():
     ids = [row["id"] for row in ROWS]
     assert len(ids) == len(set(ids))
+
+
+# --------------------------------------------------------------------------------------------------
+# valid values must plan, and odd ones must give messages, never an exception
+# --------------------------------------------------------------------------------------------------
+
+# Printable values a secret may hold: quotes, $, backticks, spaces, backslashes, %, a leading dash.
+ROBUST_SECRETS = {
+    "sglang_router_api_key": "-rk $HOME \"dq\" 'sq' `id` \\back %n %% ${X} ~!#&*()[]{}|;:<>?",
+    "sglang_hf_token": "--hf_$(whoami)`x`\\n%i'\"",
+}
+
+
+def test_robust_secrets_and_a_model_path_with_a_space_plan_cleanly(topology):
+    extra = {**ROBUST_SECRETS, "sglang_model_path": "/opt/models/Deep Seek V4 Flash"}
+    messages, specs = preflight(topology, extra=extra, with_units=True)
+    assert messages == []
+    workers = [s for s in specs if s["role"] != "router"]
+    assert {s["flags"]["model-path"] for s in workers} == {"/opt/models/Deep Seek V4 Flash"}
+    assert all(ROBUST_SECRETS["sglang_hf_token"] not in str(s) for s in specs), "a secret entered a spec"
+
+
+@pytest.mark.parametrize(
+    ("listeners", "conflicting"),
+    [
+        pytest.param({30000: "sglang-prefill0.service", 8000: "sglang-router.service"}, [], id="own-units"),
+        pytest.param({30001: "old-server.service"}, ["old-server"], id="a-unit-the-run-stops-first"),
+    ],
+)
+def test_ports_held_by_the_deployment_or_a_unit_it_stops_first_plan(topology, listeners, conflicting):
+    assert preflight(topology, extra={"sglang_conflicting_units": conflicting}, listeners=listeners) == []
+
+
+ODD_VALUES = [None, 0, -1, 1.5, True, "", "x y", "/abs", [], ["a"], {}, {"a": 1}]
+
+
+@pytest.mark.parametrize("variable", sorted({*plan.VARIABLE_KINDS, *plan.VARIABLE_CHOICES, "sglang_unit_prefix"}))
+def test_odd_values_of_every_checked_variable_give_messages_not_exceptions(variable):
+    """Every value of every variable: either accepted or refused with a message naming the variable."""
+    for value in ODD_VALUES:
+        messages = plan.variables_problems({variable: value})
+        assert all(isinstance(m, str) for m in messages)
+        assert all(variable in m for m in messages), messages
+
+
+@pytest.mark.parametrize("value", [*(v for v in ODD_VALUES if v != []), [{"name": 1}], [None], [{"name": "p", "port": "x", "tp": [1]}]])
+def test_odd_instance_lists_give_messages_not_exceptions(value):
+    messages = rules.instance_problems(value, "prefill")
+    assert messages and all("sglang_prefill_instances" in m for m in messages)
+
+
+# --------------------------------------------------------------------------------------------------
+# every value reaches the process byte for byte: the quoting of ExecStart= and Environment= lines
+# --------------------------------------------------------------------------------------------------
+
+# What systemd 252 makes of a quoted token (tests/integration/test_robust_values.py proves it on the sandbox's
+# systemd): in ExecStart= both % (specifiers) and $ (variables) are expanded, in Environment= only %.
+# (value, ExecStart= token, Environment= assignment of V=value)
+QUOTING = [
+    ("plain-1.0", "plain-1.0", "V=plain-1.0"),
+    ("a b", '"a b"', '"V=a b"'),
+    ("$HOME", '"$$HOME"', '"V=$HOME"'),
+    ("50%", "50%%", "V=50%%"),
+    ('q"uo\\te', '"q\\"uo\\\\te"', '"V=q\\"uo\\\\te"'),
+    ("`id` 'x'", "\"`id` 'x'\"", "\"V=`id` 'x'\""),
+]
+
+
+@pytest.mark.parametrize(("value", "exec_token", "env_line"), QUOTING)
+def test_systemd_quoting_of_exec_and_environment_lines(value, exec_token, env_line):
+    assert F["systemd_line"]([value]) == exec_token
+    assert F["systemd_env"](f"V={value}") == env_line
+
+
+def test_a_flag_value_that_starts_with_a_dash_stays_the_flags_value():
+    assert sf.render_lines({"tokenizer-path": "-odd", "chunked-prefill-size": -1}) == [
+        ["--tokenizer-path=-odd"],
+        ["--chunked-prefill-size", "-1"],
+    ]
+
+
+def test_the_router_key_reaches_argv_as_one_token(monkeypatch):
+    """A key that starts with a dash must stay the value of --api-key (argparse takes '-x' for an option)."""
+    exec_argv = units.secret_launcher(["/v/bin/python", "-m", "sglang_router.launch_router"], {"--api-key": "K"})
+    code = exec_argv[2].replace("runpy.run_module(", "(lambda *a, **k: None)(")
+    monkeypatch.setenv("K", "-rk $x")
+    monkeypatch.setattr(sys, "argv", ["launch_router", "--port", "8000"])
+    exec(code, {})  # the launcher itself, with runpy's call made harmless
+    assert sys.argv == ["launch_router", "--api-key=-rk $x", "--port", "8000"]
+    assert "K" not in os.environ
