@@ -216,7 +216,10 @@ def test_odd_values_of_every_checked_variable_give_messages_not_exceptions(varia
         assert all(variable in m for m in messages), messages
 
 
-@pytest.mark.parametrize("value", [*(v for v in ODD_VALUES if v != []), [{"name": 1}], [None], [{"name": "p", "port": "x", "tp": [1]}]])
+ODD_INSTANCE_LISTS = [v for v in ODD_VALUES if v != []] + [[{"name": 1}], [None], [{"name": "p", "port": "x", "tp": [1]}]]
+
+
+@pytest.mark.parametrize("value", ODD_INSTANCE_LISTS)
 def test_odd_instance_lists_give_messages_not_exceptions(value):
     messages = rules.instance_problems(value, "prefill")
     assert messages and all("sglang_prefill_instances" in m for m in messages)
