@@ -216,7 +216,11 @@ def test_odd_values_of_every_checked_variable_give_messages_not_exceptions(varia
         assert all(variable in m for m in messages), messages
 
 
-ODD_INSTANCE_LISTS = [v for v in ODD_VALUES if v != []] + [[{"name": 1}], [None], [{"name": "p", "port": "x", "tp": [1]}]]
+ODD_INSTANCE_LISTS = [v for v in ODD_VALUES if v != []] + [
+    [{"name": 1}],
+    [None],
+    [{"name": "p", "port": "x", "tp": [1]}],
+]
 
 
 @pytest.mark.parametrize("value", ODD_INSTANCE_LISTS)
