@@ -50,6 +50,26 @@ def deps_problems(packages, packages_nodeps, wheelhouse=""):
     return rules.deps_problems(packages, packages_nodeps, wheelhouse)
 
 
+def host_paths(paths):
+    """{variable: path or [paths]} -> {variable or variable[i]: path}: the absolute ones, for the preflight's stat."""
+    return plan.host_paths(paths)
+
+
+def stat_found(results):
+    """The results of the preflight's stat loop over host_paths -> {variable: {path, exists, isdir}}."""
+    return plan.stat_found(results)
+
+
+def listeners(stdout):
+    """The preflight's listener scan (JSON {port: owner}) -> {port: owner}; {} when it could not run."""
+    return plan.parse_listeners(stdout)
+
+
+def systemd_env(pair):
+    """NAME=value quoted for a systemd Environment= line (specifiers escaped, $ left alone)."""
+    return sf.systemd_env_quote(pair)
+
+
 def systemd_line(tokens):
     """One argument line, quoted for a systemd Exec line."""
     if isinstance(tokens, str):
@@ -66,4 +86,8 @@ class FilterModule:
             "profile_file": profile_file,
             "deps_problems": deps_problems,
             "systemd_line": systemd_line,
+            "systemd_env": systemd_env,
+            "host_paths": host_paths,
+            "stat_found": stat_found,
+            "listeners": listeners,
         }

@@ -12,6 +12,8 @@ Planned once per run, in the preflight play (roles/sglang/tasks/plan.yml), befor
 Apply (units.yml, wait.yml, the router's smoke request) reads these specs and derives nothing again.
 """
 
+import json
+
 from ansible_collections.disagg.sglang.plugins.module_utils import kv_rules, rules, units
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.module_utils.pd_placement import PlacementError, place
@@ -19,10 +21,62 @@ from ansible_collections.disagg.sglang.plugins.module_utils.pd_placement import 
 WORKER_ROLES = sf.WORKER_ROLES
 
 
+# The kind of every variable a user sets that no other rule checks in full (rules.type_problems). The values come
+# from roles/sglang_internal/vars/main.yml (_sglang_user_vars) and, for the router, its plan.yml.
+VARIABLE_KINDS = {
+    "sglang_profile": "str",
+    "sglang_served_model_name": "str",
+    "sglang_venv": "str",
+    "sglang_server_module": "str",
+    "sglang_numactl_path": "str",
+    "sglang_unit_dir": "str",
+    "sglang_env_dir": "str",
+    "sglang_cli_cache_dir": "str",
+    "sglang_topology_strict": "bool",
+    "sglang_journal_lines": "whole",
+    "sglang_conflicting_units": "list_of_str",
+    "sglang_gpu_groups": "list_of_str",
+    "sglang_read_write_paths": "list_of_str",
+    "sglang_gpu_device_allow": "list_of_str",
+    "sglang_router_host": "str",
+    "sglang_router_prometheus_host": "str",
+    "sglang_router_prefill_policy": "str",
+    "sglang_router_decode_policy": "str",
+    "sglang_router_tokenizer_path": "str",
+    "sglang_router_smoke_test": "bool",
+    "sglang_router_smoke_prompt": "str",
+    "sglang_router_smoke_max_new_tokens": "whole",
+    "sglang_router_smoke_timeout": "whole",
+    "sglang_router_circuit_breaker_timeout": "whole",
+    "sglang_router_extra_flags": "map",
+    "sglang_router_extra_env": "map",
+}
+VARIABLE_CHOICES = {
+    "sglang_gpu_device_policy": ["closed", "auto", "strict"],
+}
+UNIT_PREFIX = rules.re.compile(r"^[A-Za-z0-9_.:-]*$")
+
+
+def variables_problems(variables):
+    """Types and choices of the plain variables (the ones given; a variable left out is not checked)."""
+    variables = variables or {}
+    kinds = {k: [v, VARIABLE_KINDS[k]] for k, v in variables.items() if k in VARIABLE_KINDS}
+    choices = {k: [v, VARIABLE_CHOICES[k]] for k, v in variables.items() if k in VARIABLE_CHOICES}
+    problems = rules.type_problems(kinds) + rules.choice_problems(choices)
+    prefix = variables.get("sglang_unit_prefix")
+    if prefix is not None and (not isinstance(prefix, str) or not UNIT_PREFIX.match(prefix)):
+        problems.append(
+            f"sglang_unit_prefix ({prefix!r}) must be letters, digits, _ . : or - (it starts every unit name)"
+        )
+    return problems
+
+
 def settings_problems(inputs):
     """Rules on the settings every unit of a host shares. inputs: see host_plan."""
     s = inputs["settings"]
-    problems = rules.model_path_problems(s.get("model_path"))
+    variables = inputs.get("variables") or {}
+    problems = variables_problems(variables)
+    problems += rules.model_path_problems(s.get("model_path"))
     problems += rules.health_wait_problems(s.get("health_timeout"), s.get("health_poll"))
     problems += rules.positive_int_problems(
         {
@@ -32,18 +86,39 @@ def settings_problems(inputs):
             "sglang_start_limit_interval": s.get("start_limit_interval"),
         }
     )
+    rw_paths = s.get("read_write_paths") if isinstance(s.get("read_write_paths"), list) else []
+    model = s.get("model_path")
+    more = {k: variables[k] for k in ("sglang_unit_dir", "sglang_deps_wheelhouse") if isinstance(variables.get(k), str)}
     problems += rules.account_problems(
         s.get("user"),
         s.get("group"),
         s.get("state_dir"),
         {
-            "sglang_model_path": s.get("model_path"),
+            # the model path's own rule says when it is not absolute
+            **({"sglang_model_path": model} if isinstance(model, str) and model.startswith("/") else {}),
             "sglang_venv": s.get("venv"),
-            **{f"sglang_read_write_paths[{i}]": p for i, p in enumerate(s.get("read_write_paths") or [])},
+            "sglang_env_dir": s.get("env_dir"),
+            "sglang_numactl_path": s.get("numactl_path"),
+            **more,
+            **{f"sglang_read_write_paths[{i}]": p for i, p in enumerate(rw_paths)},
         },
+        variables.get("sglang_gpu_groups"),
     )
     problems += rules.secret_problems(inputs.get("secrets") or {})
-    return problems
+    problems += rules.host_path_problems(inputs.get("host"), inputs.get("host_paths"))
+    return [p for i, p in enumerate(problems) if p not in problems[:i]]
+
+
+def _managed(inputs, specs):
+    prefix = inputs["settings"].get("unit_prefix") or "sglang-"
+    return {s["unit"] for s in specs} | {f"{prefix}router"}
+
+
+def _allowed_owners(inputs, managed):
+    """Units that may hold a planned port now: the collection's own, and those the run stops first."""
+    conflicting = inputs.get("conflicting_units")
+    names = {str(u).removesuffix(".service") for u in conflicting} if isinstance(conflicting, list) else set()
+    return managed | names
 
 
 def _settings(inputs, role_inputs):
@@ -70,8 +145,12 @@ def host_plan(inputs):
                  read_write_paths, device_policy, device_allow, restart_sec, start_limit_burst,
                  start_limit_interval, health_timeout, health_poll, stop_timeout),
       secrets:   {variable: value} (only checked, never put into a spec),
-    }
       kv_p2p_policy: sglang_kv_p2p_policy (fail | warn | off),
+      variables: {variable: value} of the plain variables whose types and choices are checked (VARIABLE_KINDS),
+      conflicting_units: sglang_conflicting_units,
+      host_paths: {variable: {path, exists, isdir}}, what the preflight's stat found on the host,
+      listeners:  {port: owner} of the TCP listeners on the host (owner: systemd unit or process name),
+    }
     Returns {units: [spec], placement: [slot], problems: [message], warnings: [message]}; units is empty when
     problems is not.
     """
@@ -86,13 +165,29 @@ def host_plan(inputs):
     for role, role_inputs in roles.items():
         instances = role_inputs.get("instances")
         problems += rules.empty_role_problems(host, role, instances)
-        problems += rules.instance_problems(instances, role)
+        problems += rules.instance_problems(instances, role, inputs["settings"].get("unit_prefix") or "sglang-")
         problems += rules.flags_shape_problems(role_inputs.get("extra_flags"), f"sglang_{role}_extra_flags")
+        problems += rules.derived_flag_problems(role_inputs.get("extra_flags"), f"sglang_{role}_extra_flags")
         problems += rules.env_problems(role_inputs.get("extra_env"), f"sglang_{role}_extra_env")
         if isinstance(instances, list):
             all_instances += [i for i in instances if isinstance(i, dict)]
     if roles:
         problems += rules.host_port_problems(host, all_instances)
+        problems += rules.privileged_port_problems(
+            host,
+            {
+                f"sglang_{role}_instances ({i.get('name')}).{key}": i[key]
+                for role, role_inputs in roles.items()
+                for i in (role_inputs.get("instances") if isinstance(role_inputs.get("instances"), list) else [])
+                if isinstance(i, dict)
+                for key in rules.WORKER_PORT_KEYS
+                if key in i
+            },
+            inputs["settings"].get("user"),
+        )
+        if isinstance(profile, dict):
+            for part, flags in (profile.get("flags") or {}).items() if isinstance(profile.get("flags"), dict) else []:
+                problems += rules.derived_flag_problems(flags, f"the profile {profile_name}: flags.{part}")
     if problems or not roles:
         return {"units": [], "placement": [], "problems": problems, "warnings": []}
 
@@ -127,6 +222,26 @@ def host_plan(inputs):
                      if m not in problems]  # fmt: skip
     warnings, p2p = kv_p2p_findings(inputs, specs)
     problems += p2p
+    managed = _managed(inputs, specs)
+    problems += rules.conflicting_units_problems(inputs.get("conflicting_units"), managed)
+    problems += rules.listener_problems(
+        host,
+        {
+            int(s[key]): f"{s['unit']} {key} (sglang_{s['role']}_instances)"
+            for s in specs
+            for key in ("port", "bootstrap_port")
+            if s.get(key) is not None
+        }
+        | {
+            int(str(s["flags"]["dist-init-addr"]).rsplit(":", 1)[1]): (
+                f"{s['unit']} dist_init_port (sglang_{s['role']}_instances)"
+            )
+            for s in specs
+            if s["flags"].get("dist-init-addr")
+        },
+        inputs.get("listeners"),
+        _allowed_owners(inputs, managed),
+    )
     return {"units": [] if problems else specs, "placement": placement, "problems": problems, "warnings": warnings}
 
 
@@ -162,7 +277,8 @@ def router_plan(worker_specs, inputs):
 
     inputs: {host, settings (as host_plan's, for the service settings), flags (the router's flags, extra flags
     merged), extra_flags (as the user gave them), env, unit, ports ({variable: value} of its listeners),
-    secrets}. The router dials each worker at the spec's url (its advertise address).
+    secrets, variables, conflicting_units, host_paths, listeners (as host_plan's)}. The router dials each worker at
+    the spec's url (its advertise address).
     Returns {unit: spec or None, problems: [message]}.
     """
     host = inputs["host"]
@@ -184,6 +300,16 @@ def router_plan(worker_specs, inputs):
     problems += rules.router_flag_problems(inputs.get("extra_flags"))
     problems += rules.flags_shape_problems(inputs.get("extra_flags"), "sglang_router_extra_flags")
     problems += rules.env_problems(inputs.get("env"), "sglang_router_extra_env")
+    problems += rules.privileged_port_problems(host, inputs["ports"], inputs["settings"].get("user"))
+    managed = _managed(inputs, [s for s in worker_specs if s.get("host") == host])
+    problems += rules.conflicting_units_problems(inputs.get("conflicting_units"), managed)
+    if not problems:
+        problems += rules.listener_problems(
+            host,
+            {int(v): k for k, v in inputs["ports"].items()},
+            inputs.get("listeners"),
+            _allowed_owners(inputs, managed),
+        )
     if problems:
         return {"unit": None, "problems": problems}
     settings = {
@@ -210,3 +336,37 @@ def profile_candidates(name, inventory_dir, shipped_dir):
         return [f"{inventory_dir}/{name}"] if inventory_dir else [name]
     found = [f"{inventory_dir}/profiles/{name}.yml"] if inventory_dir else []
     return [*found, f"{shipped_dir}/{name}.yml"]
+
+
+def host_paths(paths):
+    """{variable: path or [paths]} -> {variable or variable[i]: path}: the absolute ones (the rules name the rest)."""
+    found = {}
+    for var, value in (paths or {}).items():
+        items = enumerate(value) if isinstance(value, list) else [(None, value)]
+        for index, path in items:
+            if isinstance(path, str) and path.startswith("/") and not rules.CONTROL.search(path):
+                found[var if index is None else f"{var}[{index}]"] = path
+    return found
+
+
+def stat_found(results):
+    """ansible.builtin.stat results of a loop over host_paths | dict2items -> {variable: {path, exists, isdir}}."""
+    found = {}
+    for result in results or []:
+        item, stat = result.get("item") or {}, result.get("stat") or {}
+        if "key" in item:
+            found[item["key"]] = {
+                "path": item.get("value"),
+                "exists": bool(stat.get("exists")),
+                "isdir": stat.get("isdir"),
+            }
+    return found
+
+
+def parse_listeners(stdout):
+    """The JSON the preflight's listener scan prints ({port: owner}); {} when it printed nothing usable."""
+    try:
+        value = json.loads(stdout or "{}")
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}

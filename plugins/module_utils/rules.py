@@ -12,8 +12,52 @@ import re
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 # systemd accepts environment variable names of letters, digits and _ that do not start with a digit.
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Trees the units cannot see (ProtectHome=yes).
-HIDDEN_TREES = re.compile(r"^/(home|root|run/user)(/|$)")
+# Trees the units cannot see: ProtectHome=yes hides /home, /root and /run/user; PrivateTmp=yes gives each unit
+# its own empty /tmp and /var/tmp.
+HIDDEN_TREES = re.compile(r"^/(home|root|run/user|tmp|var/tmp)(/|$)")
+# useradd's default NAME_REGEX (Debian's adduser is stricter still): what sglang_user and the groups may be.
+ACCOUNT_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+# systemd unit names: letters, digits and :-_.\ (systemd's VALID_CHARS), at most 255 characters with .service.
+UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@-]+$")
+# A whole number as an inventory gives it: an int, or a string of digits (a templated value).
+WHOLE = re.compile(r"^\s*[0-9]+\s*$")
+# The keys an instance may have (sglang_<role>_instances[i]).
+INSTANCE_KEYS = ("name", "tp", "gpus", "port", "bootstrap_port", "dist_init_port", "flags", "env")
+# Environment the collection derives for each unit, or a secret with its own variable: {NAME: use instead}.
+DERIVED_ENV = {
+    "CUDA_VISIBLE_DEVICES": "the instance's tp or gpus (the placement sets the GPUs a worker sees)",
+    "NVIDIA_VISIBLE_DEVICES": "the instance's tp or gpus (the placement sets the GPUs a worker sees)",
+    "SGLANG_AUTO_NUMA_BIND": "the placement (the unit binds each worker to its NUMA node with numactl)",
+    "HF_TOKEN": "sglang_hf_token (ansible-vault)",
+    "HUGGING_FACE_HUB_TOKEN": "sglang_hf_token (ansible-vault)",
+    "SGLANG_ROUTER_API_KEY": "sglang_router_api_key (ansible-vault)",
+}
+# Worker flags (beyond the identity flags of sglang_flags.IDENTITY_FLAGS) that would undo what the collection
+# derives, or put a secret on the command line: {flag: use instead}.
+DERIVED_WORKER_FLAGS = {
+    "base-gpu-id": "the instance's tp or gpus (CUDA_VISIBLE_DEVICES of the unit starts at the placed GPU)",
+    "gpu-id-step": "the instance's tp or gpus (the placement picks the GPUs)",
+    "numa-node": "the placement (the unit binds each worker to its NUMA node with numactl)",
+    "api-key": "nothing on the workers' command line: set sglang_router_api_key (ansible-vault) for the router",
+    "admin-api-key": "nothing on the command line (ps shows it to every user): the collection has no admin key",
+    "config": "sglang_<role>_extra_flags (a --config file would set flags behind the plan's checks)",
+    "nnodes": "one instance per host and role (multi-node instances are not planned by the collection)",
+    "node-rank": "one instance per host and role (multi-node instances are not planned by the collection)",
+}
+# Router flags the collection sets from a variable: {flag: variable}.
+DERIVED_ROUTER_FLAGS = {
+    "host": "sglang_router_host",
+    "port": "sglang_router_port",
+    "prometheus-host": "sglang_router_prometheus_host",
+    "prometheus-port": "sglang_router_prometheus_port",
+    "prefill-policy": "sglang_router_prefill_policy",
+    "decode-policy": "sglang_router_decode_policy",
+    "policy": "sglang_router_prefill_policy and sglang_router_decode_policy",
+    "tokenizer-path": "sglang_router_tokenizer_path",
+    "model-path": "sglang_router_tokenizer_path",
+    "cb-timeout-duration-secs": "sglang_router_circuit_breaker_timeout",
+}
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 WORKER_PORT_KEYS = ("port", "bootstrap_port", "dist_init_port")
 # Speculative algorithms whose draft input sglang 0.5.23 hands from prefill to decode
 # (SpeculativeInfo.build_disagg_draft_input in sglang/srt/speculative/spec_info.py: EAGLE family,
@@ -21,22 +65,70 @@ WORKER_PORT_KEYS = ("port", "bootstrap_port", "dist_init_port")
 PD_SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "FROZEN_KV_MTP", "DSPARK", "DFLASH")
 
 
-def port_ok(value):
+def whole(value):
+    """An int (not a bool, not a float) or a string of digits."""
     if isinstance(value, bool):
         return False
-    try:
-        return 1 <= int(value) <= 65535
-    except (TypeError, ValueError):
-        return False
+    return isinstance(value, int) or (isinstance(value, str) and bool(WHOLE.match(value)))
+
+
+def port_ok(value):
+    return whole(value) and 1 <= int(value) <= 65535
 
 
 def _positive_int(value):
-    if isinstance(value, bool):
-        return False
-    try:
-        return int(str(value)) > 0
-    except (TypeError, ValueError):
-        return False
+    return whole(value) and int(value) > 0
+
+
+def _kind(value):
+    """What a value is, in YAML's words (Ansible hands over subclasses of str, list and dict)."""
+    for kind, name in ((type(None), "null"), (bool, "a boolean"), (str, "a string"), (dict, "a mapping")):
+        if isinstance(value, kind):
+            return name
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "a number" if isinstance(value, (int, float)) else type(value).__name__
+
+
+TYPE_WANTED = {
+    "bool": "true or false, unquoted (a quoted 'false' is a non-empty string, which counts as true)",
+    "str": "a non-empty string",
+    "list_of_str": "a list of strings (a single value still needs its - in YAML)",
+    "map": "a mapping (NAME: value)",
+    "whole": "a positive whole number",
+}
+
+
+def _type_ok(value, kind):
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str) and value.strip() != ""
+    if kind == "list_of_str":
+        return isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value)
+    if kind == "map":
+        return value is None or isinstance(value, dict)
+    if kind == "whole":
+        return _positive_int(value)
+    raise ValueError(f"unknown kind {kind}")
+
+
+def type_problems(variables):
+    """variables: {variable: [value, kind]}, kind one of TYPE_WANTED. One message per variable of the wrong type."""
+    return [
+        f"{var} is {value!r} ({_kind(value)}): it must be {TYPE_WANTED[kind]}"
+        for var, (value, kind) in variables.items()
+        if not _type_ok(value, kind)
+    ]
+
+
+def choice_problems(variables):
+    """variables: {variable: [value, [choices]]}."""
+    return [
+        f"{var} is {value!r}: choose one of {', '.join(map(str, choices))}"
+        for var, (value, choices) in variables.items()
+        if value not in choices
+    ]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -71,57 +163,137 @@ def positive_int_problems(values):
     ]
 
 
-def account_problems(user, group, state_dir, paths):
-    """The service account must be unprivileged and every path the units use visible to them.
+def account_problems(user, group, state_dir, paths, gpu_groups=None):
+    """The service account must be unprivileged, its names valid, and every path the units use visible to them.
 
     paths: {variable: path} the units read (model, venv) or write (state dir, extra writable paths).
     """
     problems = []
-    if not isinstance(user, str) or not user or user in ("root", "0"):
-        problems.append(f"sglang_user ({user}) must name an unprivileged account (not root)")
-    if not isinstance(group, str) or not group or group in ("root", "0"):
-        problems.append(f"sglang_group ({group}) must name an unprivileged group (not root)")
+    for var, name in (("sglang_user", user), ("sglang_group", group)):
+        if not isinstance(name, str) or not name or name in ("root", "0"):
+            problems.append(f"{var} ({name}) must name an unprivileged account (not root)")
+        elif not ACCOUNT_NAME.match(name):
+            problems.append(
+                f"{var} ({name!r}) is not a user or group name useradd accepts: lowercase letters, digits, _ and -, "
+                "starting with a letter or _, at most 32 characters"
+            )
+    if isinstance(gpu_groups, list):
+        bad = [g for g in gpu_groups if not isinstance(g, str) or not ACCOUNT_NAME.match(g)]
+        if bad:
+            problems.append(f"sglang_gpu_groups has {bad!r}: each entry must be a group name (e.g. video, render)")
     if not isinstance(state_dir, str) or not state_dir.startswith("/"):
         problems.append(f"sglang_state_dir ({state_dir}) must be an absolute path")
-    for var, path in {"sglang_state_dir": state_dir, **paths}.items():
-        if isinstance(path, str) and HIDDEN_TREES.match(path):
+    problems += path_shape_problems({"sglang_state_dir": state_dir, **paths})
+    return problems
+
+
+def path_shape_problems(paths):
+    """paths: {variable: path}. Each must be one absolute line, outside the trees the units cannot see."""
+    problems = []
+    for var, path in paths.items():
+        if path in (None, ""):
+            continue
+        if not isinstance(path, str) or not path.startswith("/"):
+            problems.append(f"{var} ({path!r}) must be an absolute path (starting with /)")
+        elif CONTROL.search(path):
+            problems.append(f"{var} ({path!r}) must not contain line breaks or control characters")
+        elif HIDDEN_TREES.match(path):
             problems.append(
-                f"{var} ({path}) lies under /home, /root or /run/user: the units run with ProtectHome=yes and "
-                "cannot see those trees. Move it (e.g. the model to /models, the venv to /opt/sglang/venv)"
+                f"{var} ({path}) lies under /home, /root, /run/user, /tmp or /var/tmp: the units run with "
+                "ProtectHome=yes and PrivateTmp=yes and cannot see those trees. Move it (e.g. the model to /models, "
+                "the venv to /opt/sglang/venv)"
             )
     return problems
 
 
+def host_path_problems(host, found):
+    """Paths the units rely on, as the preflight found them on the host.
+
+    found: {variable: {path, exists, isdir}} (the stat of plan.yml; a path not looked at is left out).
+    """
+    problems = []
+    for var, item in (found or {}).items():
+        if not item.get("exists"):
+            problems.append(
+                f"{var} ({item.get('path')}) does not exist on {host}: create the directory there first, or point "
+                f"{var} at one that exists (systemd would refuse to start the unit, or it would fail while loading)"
+            )
+        elif item.get("isdir") is False:
+            problems.append(f"{var} ({item.get('path')}) on {host} is not a directory: point {var} at a directory")
+    return problems
+
+
 def secret_problems(secrets):
-    """secrets: {variable: value}. An environment file holds one variable a line."""
-    return [
-        f"{var} must not contain line breaks (it is written to an environment file, one variable a line)"
-        for var, value in secrets.items()
-        if re.search(r"[\r\n]", str(value or ""))
-    ]
+    """secrets: {variable: value}. An environment file holds one variable a line; any other printable value works."""
+    problems = []
+    for var, value in secrets.items():
+        if value is None:
+            continue
+        if isinstance(value, (dict, list, bool)):
+            problems.append(f"{var} must be a string (quote it), got {_kind(value)}")
+        elif re.search(r"[\r\n]", str(value)):
+            problems.append(
+                f"{var} must not contain line breaks (it is written to an environment file, one variable a line)"
+            )
+        elif CONTROL.search(str(value)):
+            problems.append(f"{var} must not contain control characters (tabs, escapes): printable characters only")
+    return problems
 
 
 def env_problems(env, var):
-    """An environment mapping: names systemd accepts, single-line values."""
+    """An environment mapping: names systemd accepts, single-line string values, nothing the collection derives."""
     if env is None:
         return []
     if not isinstance(env, dict):
-        return [f"{var} must be a mapping of environment variables (NAME: value), got {type(env).__name__}"]
+        return [f"{var} must be a mapping of environment variables (NAME: value), got {_kind(env)}"]
     problems = []
     for key, value in env.items():
         if not ENV_NAME.match(str(key)):
             problems.append(f"{var}: {key!r} is not an environment variable name (letters, digits, _)")
+        elif str(key) in DERIVED_ENV:
+            problems.append(f"{var} sets {key}, which the collection sets itself: use {DERIVED_ENV[str(key)]} instead")
         if isinstance(value, (dict, list)):
-            problems.append(f"{var}.{key} must be a string or number, got {type(value).__name__}")
-        elif re.search(r"[\r\n]", str(value)):
-            problems.append(f"{var}.{key} must not contain line breaks")
+            problems.append(f"{var}.{key} must be a string or number, got {_kind(value)}")
+        elif value is None or isinstance(value, bool):
+            problems.append(
+                f'{var}.{key} is {value!r}: quote the value the program expects (e.g. "1", "true" or ""); '
+                "YAML's true/false/null would reach the process as True, False or None"
+            )
+        elif CONTROL.search(str(value)):
+            problems.append(f"{var}.{key} must not contain line breaks or control characters")
     return problems
 
 
 def flags_shape_problems(flags, var):
-    if flags is None or isinstance(flags, dict):
+    if flags is None:
         return []
-    return [f"{var} must be a mapping of flags (name without --: value), got {type(flags).__name__}"]
+    if not isinstance(flags, dict):
+        return [f"{var} must be a mapping of flags (name without --: value), got {_kind(flags)}"]
+    problems = []
+    for key, value in flags.items():
+        if isinstance(value, dict):
+            problems.append(f"{var}.{key} is a mapping: a flag takes a value, a list of values, true or false")
+        elif isinstance(value, (list, tuple)) and any(isinstance(v, (dict, list)) for v in value):
+            problems.append(f"{var}.{key}: a list of flag values holds plain values only")
+        elif isinstance(value, (str, list)) and CONTROL.search(str(value)):
+            problems.append(f"{var}.{key} must not contain line breaks or control characters")
+    return problems
+
+
+def _flag_name(key):
+    return str(key).lstrip("-").replace("_", "-")
+
+
+def derived_flag_problems(flags, var, derived=None):
+    """Flags of `var` that would undo what the collection derives (placement, NUMA binding, secrets)."""
+    if not isinstance(flags, dict):
+        return []
+    derived = DERIVED_WORKER_FLAGS if derived is None else derived
+    return [
+        f"{var} sets --{_flag_name(key)}, which the collection owns: use {derived[_flag_name(key)]} instead"
+        for key in flags
+        if _flag_name(key) in derived
+    ]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -129,12 +301,13 @@ def flags_shape_problems(flags, var):
 # --------------------------------------------------------------------------------------------------
 
 
-def instance_problems(instances, role):
+def instance_problems(instances, role, unit_prefix="sglang-"):
     """What is wrong with a role's instance list, one message per problem, each naming the entry and the fix."""
     var = f"sglang_{role}_instances"
     problems = []
     if not isinstance(instances, list):
-        return [f"{var} must be a list of instances, got {type(instances).__name__}"]
+        hint = ": put '- ' before each instance (a list of mappings)" if isinstance(instances, dict) else ""
+        return [f"{var} must be a list of instances, got {type(instances).__name__}{hint}"]
     names = []
     for index, instance in enumerate(instances):
         if not isinstance(instance, dict):
@@ -146,14 +319,29 @@ def instance_problems(instances, role):
             problems.append(
                 f"{where}: name must be lowercase letters, digits, - or _ (it becomes sglang-<name>.service)"
             )
+        elif len(name) > 64:
+            problems.append(f"{where}: name must be at most 64 characters (it becomes {unit_prefix}<name>.service)")
+        elif name == "router":
+            problems.append(
+                f"{where}: name router would make unit {unit_prefix}router.service, the router's own unit: "
+                "choose another name (e.g. prefill0, decode0)"
+            )
         names.append(name)
+        unknown = sorted(str(k) for k in instance if k not in INSTANCE_KEYS)
+        if unknown:
+            problems.append(
+                f"{where}: unknown key(s) {', '.join(unknown)}: an instance takes {', '.join(INSTANCE_KEYS)} "
+                "(a misspelt key would be ignored)"
+            )
         tp, gpus = instance.get("tp"), instance.get("gpus")
         if tp is None and gpus is None:
             problems.append(f"{where}: give tp (the topology role picks the GPUs) or gpus (explicit indices)")
         if tp is not None and not _positive_int(tp):
             problems.append(f"{where}: tp {tp!r} must be a positive whole number (GPUs of the instance)")
-        if gpus is not None and (not isinstance(gpus, list) or len(set(map(str, gpus))) != len(gpus)):
-            problems.append(f"{where}: gpus must be a list of distinct GPU indices, got {gpus!r}")
+        if gpus is not None and (
+            not isinstance(gpus, list) or not all(whole(g) for g in gpus) or len({int(g) for g in gpus}) != len(gpus)
+        ):
+            problems.append(f"{where}: gpus must be a list of distinct GPU indices (whole numbers), got {gpus!r}")
         elif tp is not None and gpus is not None and _positive_int(tp) and int(tp) != len(gpus):
             problems.append(
                 f"{where}: tp {tp} but {len(gpus)} gpus listed {gpus}: make tp the number of gpus, "
@@ -167,6 +355,7 @@ def instance_problems(instances, role):
         if "bootstrap_port" in instance and role != "prefill" and not port_ok(instance["bootstrap_port"]):
             problems.append(f"{where}: bootstrap_port {instance['bootstrap_port']!r} is not a port in 1-65535")
         problems += flags_shape_problems(instance.get("flags"), f"{where}.flags")
+        problems += derived_flag_problems(instance.get("flags"), f"{where}.flags")
         problems += env_problems(instance.get("env"), f"{where}.env")
     duplicates = sorted({n for n in names if isinstance(n, str) and names.count(n) > 1})
     if duplicates:
@@ -174,6 +363,53 @@ def instance_problems(instances, role):
             f"{var} has duplicate names ({', '.join(duplicates)}): each instance becomes unit "
             "sglang-<name>.service, so names must differ"
         )
+    return problems
+
+
+def privileged_port_problems(host, ports, user):
+    """ports: {where: port}. The units run as an unprivileged user without capabilities: no port below 1024."""
+    low = {where: port for where, port in ports.items() if port_ok(port) and int(port) < 1024}
+    if not low:
+        return []
+    return [
+        f"{', '.join(f'{w} ({p})' for w, p in low.items())} on {host}: ports below 1024 need a privilege that "
+        f"the service user {user} does not have (the units run without capabilities), so it could not listen "
+        "there. Choose ports from 1024 up"
+    ]
+
+
+def listener_problems(host, planned, listeners, managed):
+    """Planned ports that another program already listens on (it would fail to bind only after the health wait).
+
+    planned: {port: 'what (variable)'}; listeners: {port: owner} as the preflight read them on the host (owner:
+    the systemd unit, else the process name); managed: unit names of the collection (they may hold their ports).
+    """
+    problems = []
+    for port, what in sorted(planned.items(), key=lambda kv: int(kv[0])):
+        owner = (listeners or {}).get(str(port)) or (listeners or {}).get(int(port))
+        if owner and str(owner).removesuffix(".service") not in managed:
+            problems.append(
+                f"{what} is port {port}, which {owner} already listens on, on {host}: choose a free port, or stop "
+                f"{owner} first (sglang_conflicting_units stops a unit before the workers start)"
+            )
+    return problems
+
+
+def conflicting_units_problems(units, managed):
+    """sglang_conflicting_units: a list of unit names, none of them a unit the collection manages."""
+    if units is None:
+        return []
+    if not isinstance(units, list) or not all(isinstance(u, str) and u.strip() for u in units):
+        return [f"sglang_conflicting_units must be a list of unit names, got {units!r}"]
+    problems = []
+    for unit in units:
+        if not UNIT_NAME.match(unit):
+            problems.append(f"sglang_conflicting_units: {unit!r} is not a systemd unit name")
+        elif unit.removesuffix(".service") in managed:
+            problems.append(
+                f"sglang_conflicting_units names {unit}, a unit this deployment manages: the run would stop it "
+                "and then start it again. Remove it from the list (list only units of other programs)"
+            )
     return problems
 
 
@@ -251,6 +487,9 @@ def flag_value_problems(spec, profile_name, limits=None):
     ]
 
 
+LIMIT_KEYS = ("min", "max", "below", "multiple_of", "reason")
+
+
 def limit_problems(flags, limits):
     """A profile's limits: {flag: {min, max, below, multiple_of, reason}} checked against the merged flags."""
     found = []
@@ -270,6 +509,9 @@ def limit_problems(flags, limits):
             found.append(f"{flag} {value} is above the profile's maximum {limit['max']}{why}")
         if "below" in limit and number >= float(limit["below"]):
             found.append(f"{flag} {value} must stay below {limit['below']}{why}")
+        step = limit.get("multiple_of")
+        if step and number != -1 and number % float(step):
+            found.append(f"{flag} {value} must be a multiple of {step}{why}")
     return found
 
 
@@ -292,7 +534,18 @@ def profile_problems(profile, source):
                 problems += env_problems(entries, f"the profile {source}: env.{part}")
     limits = profile.get("limits") or {}
     if not isinstance(limits, dict) or not all(isinstance(v, dict) for v in limits.values()):
-        problems.append(f"the profile {source}: limits must map a flag to {{min, max, below, reason}}")
+        problems.append(f"the profile {source}: limits must map a flag to {{min, max, below, multiple_of, reason}}")
+        return problems
+    for flag, limit in limits.items():
+        unknown = sorted(str(k) for k in limit if k not in LIMIT_KEYS)
+        if unknown:
+            problems.append(
+                f"the profile {source}: limits.{flag} has unknown key(s) {', '.join(unknown)} "
+                f"(a limit takes {', '.join(LIMIT_KEYS)})"
+            )
+        for key in ("min", "max", "below", "multiple_of"):
+            if key in limit and (isinstance(limit[key], bool) or not isinstance(limit[key], (int, float))):
+                problems.append(f"the profile {source}: limits.{flag}.{key} must be a number, got {limit[key]!r}")
     return problems
 
 
@@ -345,14 +598,19 @@ def router_problems(host, prefills, decodes, ports, local_worker_ports):
 
 
 def router_flag_problems(extra_flags):
-    """Router flags that would put a secret on its command line."""
-    names = {str(k).lstrip("-") for k in (extra_flags or {})} & {"api-key", "control-plane-api-keys"}
+    """Router extra flags that would put a secret on its command line, or set what a variable sets."""
+    if not isinstance(extra_flags, dict):
+        return []
+    given = {_flag_name(k) for k in extra_flags}
+    names = given & {"api-key", "control-plane-api-keys"}
+    problems = []
     if names:
-        return [
+        problems.append(
             f"sglang_router_extra_flags sets {' and '.join(sorted(names))}: those would stand on the router's "
             "command line, which every user of the host sees in ps. Set sglang_router_api_key (ansible-vault) instead"
-        ]
-    return []
+        )
+    problems += derived_flag_problems(extra_flags, "sglang_router_extra_flags", DERIVED_ROUTER_FLAGS)
+    return problems
 
 
 # --------------------------------------------------------------------------------------------------
@@ -380,6 +638,6 @@ def deps_problems(packages, packages_nodeps, wheelhouse):
             "nixl-cu12 and nixl-cu13 and torch. Move the NIXL packages to sglang_deps_packages_nodeps (nixl==1.5.1 "
             "and nixl-cu13==1.5.1 for sglang 0.5.23's CUDA 13 stack)"
         )
-    if wheelhouse and not str(wheelhouse).startswith("/"):
-        problems.append(f"sglang_deps_wheelhouse ({wheelhouse}) must be an absolute path on the host")
+    if wheelhouse and (not isinstance(wheelhouse, str) or not wheelhouse.startswith("/")):
+        problems.append(f'sglang_deps_wheelhouse ({wheelhouse!r}) must be an absolute path on the host, or ""')
     return problems

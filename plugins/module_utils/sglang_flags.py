@@ -151,6 +151,9 @@ def router_lines(prefills, decodes, settings):
     return lines
 
 
+NUMBER = re.compile(r"^-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$")
+
+
 def _value(value):
     if isinstance(value, float):
         return repr(value)
@@ -173,6 +176,9 @@ def render_lines(flags):
             lines.append([flag])
         elif isinstance(value, (list, tuple)):
             lines.append([flag] + [_value(v) for v in value])
+        elif _value(value).startswith("-") and not NUMBER.match(_value(value)):
+            # argparse would take a separate token that starts with a dash for an option: keep it the value.
+            lines.append([f"{flag}={_value(value)}"])
         else:
             lines.append([flag, _value(value)])
     return lines
@@ -192,3 +198,16 @@ def systemd_quote(token):
     if _SAFE.match(token):
         return token
     return '"' + token.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def systemd_env_quote(pair):
+    """Quote NAME=value for a systemd Environment= line.
+
+    Environment= expands specifiers (%) but not variables: a $ stays as written (doubling it, as ExecStart=
+    needs, would reach the process as $$). Checked against systemd 252 in the sandbox
+    (tests/integration/test_robust_values.py). Backslashes and double quotes are escaped inside the quotes.
+    """
+    text = str(pair).replace("%", "%%")
+    if _SAFE.match(text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

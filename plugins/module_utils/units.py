@@ -138,16 +138,17 @@ def hardening(kind, settings):
 def secret_launcher(exec_argv, env_flags):
     """python -m MODULE -> python -c LAUNCHER for flags whose values are secrets in the environment.
 
-    env_flags: {flag: VARIABLE}. The launcher takes each VARIABLE out of the environment and puts the flag and
-    its value into sys.argv inside the process, then runs MODULE as __main__: the kernel's copy of the command
-    line (ps, /proc/PID/cmdline) never holds the secret.
+    env_flags: {flag: VARIABLE}. The launcher takes each VARIABLE out of the environment and puts --flag=value
+    into sys.argv inside the process (one token, so a value that starts with a dash stays the flag's value),
+    then runs MODULE as __main__: the kernel's copy of the command line (ps, /proc/PID/cmdline) never holds
+    the secret.
     """
     if not env_flags:
         return list(exec_argv)
     at = exec_argv.index("-m")
     pairs = sorted(env_flags.items())
     launcher = (
-        f"import os, runpy, sys; sys.argv[1:1] = [a for f, v in {pairs!r} for a in (f, os.environ.pop(v))]; "
+        f'import os, runpy, sys; sys.argv[1:1] = [f + "=" + os.environ.pop(v) for f, v in {pairs!r}]; '
         f'runpy.run_module("{exec_argv[at + 1]}", run_name="__main__", alter_sys=True)'
     )
     return [*exec_argv[:at], "-c", launcher, *exec_argv[at + 2 :]]

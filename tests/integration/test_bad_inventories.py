@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -37,8 +38,11 @@ import pytest
 import yaml
 from sandbox_hosts import GROUPS, VENV_BIN, down, run, ssh_config, up, write_inventory
 
-SANDBOX = "pytest-badinv"
+# The sandbox's name (DISAGG_BADINV_SANDBOX, to run beside another checkout's run); the rows name the host
+# pytest-badinv-1, which stands for the host of this run in their messages.
+SANDBOX = os.environ.get("DISAGG_BADINV_SANDBOX", "pytest-badinv")
 HOST = f"{SANDBOX}-1"
+ROW_HOST = "pytest-badinv-1"
 PREFLIGHT_PLAY = "PLAY [Preflight, before anything on the hosts changes]"
 CONCURRENCY = 2
 SERVE_REQUESTS = 48
@@ -64,7 +68,7 @@ class Case:
 CASES = [
     Case(
         id=row["id"],
-        expect=tuple(row["expect"]),
+        expect=tuple(fragment.replace(ROW_HOST, HOST) for fragment in row["expect"]),
         extra=row.get("extra"),
         groups=tuple(row.get("groups") or GROUPS),
         host_vars=row.get("host_vars") or {},
@@ -264,6 +268,12 @@ def judge(outcome: Outcome) -> list[str]:
     missing = [fragment for fragment in outcome.case.expect if collapse(fragment) not in flat]
     if missing:
         problems.append(f"message lacks {missing}")
+    if "Traceback (most recent call last)" in outcome.output or "MODULE FAILURE" in outcome.output:
+        problems.append("a Python traceback in the output")
+    if re.search(r"Wait until|is healthy|health", "\n".join(re.findall(r"^TASK \[(.*?)\]", outcome.output, re.M))):
+        problems.append("a health wait ran")
+    if re.search(r"\bTemplateSyntaxError\b|\bUndefinedError\b|has no attribute|is undefined", outcome.output):
+        problems.append("a Jinja error instead of a message")
     if outcome.before != outcome.after or outcome.restored:
         problems.append(f"the host changed (converged back):\n{diff(outcome.before, outcome.after)}")
     return problems

@@ -3,6 +3,8 @@ them (dependency lists, profile, host plan, PD contract, router plan): each fail
 The same inputs, without the row's change, plan cleanly. Rows that need the installed program's parser or a look
 at the host are proved elsewhere (tests/unit/test_cli_check.py, the sandbox rows)."""
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,8 @@ import topology_fakes as tf
 import yaml
 from ansible_collections.disagg.sglang.plugins.filter.plan import FilterModule
 from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology as gt
+from ansible_collections.disagg.sglang.plugins.module_utils import plan, rules, units
+from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from inventory_vars import GROUPS, host_vars
 
 REPO = Path(__file__).resolve().parents[2]
@@ -17,11 +21,10 @@ ROWS = yaml.safe_load((REPO / "tests/cases/bad_inventories.yml").read_text())
 F = FilterModule().filters()
 
 
-@pytest.fixture(scope="module")
-def topology(tmp_path_factory):
-    """gpu_topology facts of the sandbox's 8x RTX PRO 6000 host, gathered from its fixture."""
-    spec = tf.load_host("rtxpro6000-8x")
-    root = tf.write_sysfs(tmp_path_factory.mktemp("sysfs"), spec.get("sysfs"), spec["dir"])
+def gather(fixture, tmp):
+    """gpu_topology facts of a host of tests/fixtures/topology, gathered from its fixture."""
+    spec = tf.load_host(fixture)
+    root = tf.write_sysfs(tmp, spec.get("sysfs"), spec["dir"])
     return gt.gather(
         sysfs_root=root,
         nvidia_smi_path="/nonexistent",
@@ -31,16 +34,66 @@ def topology(tmp_path_factory):
     )
 
 
+@pytest.fixture(scope="module")
+def topology(tmp_path_factory):
+    """gpu_topology facts of the sandbox's 8x RTX PRO 6000 host."""
+    return gather("rtxpro6000-8x", tmp_path_factory.mktemp("sysfs"))
+
+
+@pytest.fixture(scope="module")
+def topologies(tmp_path_factory, topology):
+    """Facts by fixture name, gathered once each (rows name one with `topology`)."""
+    cache = {"rtxpro6000-8x": topology}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = gather(name, tmp_path_factory.mktemp("sysfs"))
+        return cache[name]
+
+    return get
+
+
+def host_looks(v, worker_roles, missing=(), listeners=None):
+    """What plan.yml's stat and listener scan would find on a converged sandbox host: every path of
+    _sglang_host_paths exists as a directory except those in `missing`; `listeners` {port: owner}."""
+    # roles/sglang_internal/vars/main.yml's _sglang_host_paths (the unit Templar has no collection filters)
+    paths = plan.host_paths(
+        {
+            "sglang_model_path": v("sglang_model_path") if worker_roles else None,
+            "sglang_deps_wheelhouse": v("sglang_deps_wheelhouse"),
+            "sglang_read_write_paths": v("sglang_read_write_paths"),
+        }
+    )
+    found = {var: {"path": path, "exists": var not in missing, "isdir": True} for var, path in paths.items()}
+    return found, {str(k): o for k, o in (listeners or {}).items()}
+
+
 def preflight(
-    topology, *, groups=GROUPS, extra=None, host_extra=None, inventory="inventories/sandbox", with_units=False
+    topology,
+    *,
+    groups=GROUPS,
+    extra=None,
+    host_extra=None,
+    inventory="inventories/sandbox",
+    with_units=False,
+    missing=(),
+    listeners=None,
 ):
     """The messages of the first preflight stage that fails, as roles/*/tasks/plan.yml compute them; [] if none.
-    with_units: also the planned specs (the workers', then the router's)."""
+    with_units: also the planned specs (the workers', then the router's). missing: variables whose paths the
+    host lacks; listeners: {port: owner} already listening on the host."""
     _, _, v = host_vars(inventory=inventory, groups=groups, extra=extra, host_extra=host_extra)
     stages = []
     stages.append(lambda: F["deps_problems"](v("sglang_deps_packages"), v("sglang_deps_packages_nodeps"),
                                              v("sglang_deps_wheelhouse")))  # fmt: skip
     worker_roles = v("_sglang_worker_roles")
+    found_paths, found_listeners = host_looks(v, worker_roles, missing, listeners)
+    looks = {
+        "variables": v("_sglang_user_vars"),
+        "conflicting_units": v("sglang_conflicting_units"),
+        "host_paths": found_paths,
+        "listeners": found_listeners,
+    }
     found = F["profile_file"](v("sglang_profile"), str(REPO / inventory), str(REPO / "profiles"))
     profile = yaml.safe_load(Path(found["path"]).read_text()) if found["path"] else {}
     stages.append(lambda: found["problems"] if worker_roles else [])
@@ -55,6 +108,7 @@ def preflight(
             "kv_p2p_policy": v("sglang_kv_p2p_policy"),
             "profile": profile,
             "profile_name": found["path"] or v("sglang_profile"),
+            **looks,
         }
     )
     stages.append(lambda: plan["problems"])
@@ -73,6 +127,8 @@ def preflight(
                 "sglang_router_port": v("sglang_router_port"),
                 "sglang_router_prometheus_port": v("sglang_router_prometheus_port"),
             },
+            **looks,
+            "variables": {**v("_sglang_user_vars"), **v("_sglang_router_user_vars")},
         }
         router = F["router_plan"](plan["units"], router_inputs)
         stages.append(lambda: router["problems"])
@@ -93,9 +149,15 @@ def collapse(text):
     "row",
     [pytest.param(r, id=r["id"]) for r in ROWS if r.get("checked_by", "rules") == "rules" and not r.get("xfail")],
 )
-def test_bad_inventory_row_fails_with_its_message(topology, row):
-    messages = preflight(topology, groups=tuple(row.get("groups") or GROUPS), extra=row.get("extra"),
-                         host_extra=row.get("host_vars"))  # fmt: skip
+def test_bad_inventory_row_fails_with_its_message(topologies, row):
+    messages = preflight(
+        topologies(row.get("topology") or "rtxpro6000-8x"),
+        groups=tuple(row.get("groups") or GROUPS),
+        extra=row.get("extra"),
+        host_extra=row.get("host_vars"),
+        missing=tuple(row.get("host_missing") or ()),
+        listeners=row.get("host_listeners"),
+    )
     text = collapse(". ".join(messages) + ".")
     assert messages, f"{row['id']}: planned without a problem"
     missing = [fragment for fragment in row["expect"] if collapse(fragment) not in text]
@@ -109,3 +171,117 @@ def test_the_sandbox_inventory_plans_cleanly(topology):
 def test_the_table_has_distinct_rows():
     ids = [row["id"] for row in ROWS]
     assert len(ids) == len(set(ids))
+
+
+# --------------------------------------------------------------------------------------------------
+# valid values must plan, and odd ones must give messages, never an exception
+# --------------------------------------------------------------------------------------------------
+
+# Printable values a secret may hold: quotes, $, backticks, spaces, backslashes, %, a leading dash.
+ROBUST_SECRETS = {
+    "sglang_router_api_key": "-rk $HOME \"dq\" 'sq' `id` \\back %n %% ${X} ~!#&*()[]{}|;:<>?",
+    "sglang_hf_token": "--hf_$(whoami)`x`\\n%i'\"",
+}
+
+
+def test_robust_secrets_and_a_model_path_with_a_space_plan_cleanly(topology):
+    extra = {**ROBUST_SECRETS, "sglang_model_path": "/opt/models/Deep Seek V4 Flash"}
+    messages, specs = preflight(topology, extra=extra, with_units=True)
+    assert messages == []
+    workers = [s for s in specs if s["role"] != "router"]
+    assert {s["flags"]["model-path"] for s in workers} == {"/opt/models/Deep Seek V4 Flash"}
+    assert all(ROBUST_SECRETS["sglang_hf_token"] not in str(s) for s in specs), "a secret entered a spec"
+
+
+@pytest.mark.parametrize(
+    ("listeners", "conflicting"),
+    [
+        pytest.param({30000: "sglang-prefill0.service", 8000: "sglang-router.service"}, [], id="own-units"),
+        pytest.param({30001: "old-server.service"}, ["old-server"], id="a-unit-the-run-stops-first"),
+    ],
+)
+def test_ports_held_by_the_deployment_or_a_unit_it_stops_first_plan(topology, listeners, conflicting):
+    assert preflight(topology, extra={"sglang_conflicting_units": conflicting}, listeners=listeners) == []
+
+
+ODD_VALUES = [None, 0, -1, 1.5, True, "", "x y", "/abs", [], ["a"], {}, {"a": 1}]
+
+
+@pytest.mark.parametrize("variable", sorted({*plan.VARIABLE_KINDS, *plan.VARIABLE_CHOICES, "sglang_unit_prefix"}))
+def test_odd_values_of_every_checked_variable_give_messages_not_exceptions(variable):
+    """Every value of every variable: either accepted or refused with a message naming the variable."""
+    for value in ODD_VALUES:
+        messages = plan.variables_problems({variable: value})
+        assert all(isinstance(m, str) for m in messages)
+        assert all(variable in m for m in messages), messages
+
+
+ODD_INSTANCE_LISTS = [v for v in ODD_VALUES if v != []] + [
+    [{"name": 1}],
+    [None],
+    [{"name": "p", "port": "x", "tp": [1]}],
+]
+
+
+@pytest.mark.parametrize("value", ODD_INSTANCE_LISTS)
+def test_odd_instance_lists_give_messages_not_exceptions(value):
+    messages = rules.instance_problems(value, "prefill")
+    assert messages and all("sglang_prefill_instances" in m for m in messages)
+
+
+# --------------------------------------------------------------------------------------------------
+# every value reaches the process byte for byte: the quoting of ExecStart= and Environment= lines
+# --------------------------------------------------------------------------------------------------
+
+# What systemd 252 makes of a quoted token (tests/integration/test_robust_values.py proves it on the sandbox's
+# systemd): in ExecStart= both % (specifiers) and $ (variables) are expanded, in Environment= only %.
+# (value, ExecStart= token, Environment= assignment of V=value)
+QUOTING = [
+    ("plain-1.0", "plain-1.0", "V=plain-1.0"),
+    ("a b", '"a b"', '"V=a b"'),
+    ("$HOME", '"$$HOME"', '"V=$HOME"'),
+    ("50%", "50%%", "V=50%%"),
+    ('q"uo\\te', '"q\\"uo\\\\te"', '"V=q\\"uo\\\\te"'),
+    ("`id` 'x'", "\"`id` 'x'\"", "\"V=`id` 'x'\""),
+]
+
+
+@pytest.mark.parametrize(("value", "exec_token", "env_line"), QUOTING)
+def test_systemd_quoting_of_exec_and_environment_lines(value, exec_token, env_line):
+    assert F["systemd_line"]([value]) == exec_token
+    assert F["systemd_env"](f"V={value}") == env_line
+
+
+def test_a_flag_value_that_starts_with_a_dash_stays_the_flags_value():
+    assert sf.render_lines({"tokenizer-path": "-odd", "chunked-prefill-size": -1}) == [
+        ["--tokenizer-path=-odd"],
+        ["--chunked-prefill-size", "-1"],
+    ]
+
+
+def test_the_router_key_reaches_argv_as_one_token(monkeypatch):
+    """A key that starts with a dash must stay the value of --api-key (argparse takes '-x' for an option)."""
+    exec_argv = units.secret_launcher(["/v/bin/python", "-m", "sglang_router.launch_router"], {"--api-key": "K"})
+    code = exec_argv[2].replace("runpy.run_module(", "(lambda *a, **k: None)(")
+    monkeypatch.setenv("K", "-rk $x")
+    monkeypatch.setattr(sys, "argv", ["launch_router", "--port", "8000"])
+    exec(code, {})  # the launcher itself, with runpy's call made harmless
+    assert sys.argv == ["launch_router", "--api-key=-rk $x", "--port", "8000"]
+    assert "K" not in os.environ
+
+
+def _user_variables():
+    names = {"sglang_model_path"}
+    for rel in ("roles/sglang_internal/defaults/main.yml", "roles/sglang_router/defaults/main.yml"):
+        names |= set(yaml.safe_load((REPO / rel).read_text()))
+    return sorted(names)
+
+
+@pytest.mark.parametrize("variable", _user_variables())
+def test_a_null_or_a_mapping_in_any_variable_plans_or_says_why_never_raises(topology, variable):
+    """The plan's inputs are templated as Ansible does (roles' vars included): no value of a user variable may end
+    in a Jinja or Python error instead of a message. (Measured once over 10 odd values of every default of the
+    internal, router and topology roles: no exception.)"""
+    for value in (None, {"a": 1}):
+        messages = preflight(topology, extra={variable: value})
+        assert all(isinstance(m, str) for m in messages)

@@ -19,7 +19,7 @@ TEMPLATE = REPO / "roles/sglang/templates/sglang.service.j2"
 def render(spec):
     """The template as the template module renders it (trim_blocks), with the collection's filter."""
     env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    env.filters["disagg.sglang.systemd_line"] = FilterModule().filters()["systemd_line"]
+    env.filters.update({f"disagg.sglang.{name}": f for name, f in FilterModule().filters().items()})
     env.filters["comment"] = lambda text: "#\n# " + text + "\n#"
     return env.from_string(TEMPLATE.read_text()).render(item=spec, ansible_managed="Ansible managed")
 
