@@ -22,7 +22,7 @@ WORKER_ROLES = sf.WORKER_ROLES
 
 
 # The kind of every variable a user sets that no other rule checks in full (rules.type_problems). The values come
-# from roles/sglang_internal/vars/main.yml (_sglang_user_vars) and, for the router, its plan.yml.
+# from roles/sglang/vars/main.yml (_sglang_user_vars) and, for the router, its plan.yml.
 VARIABLE_KINDS = {
     "sglang_profile": "str",
     "sglang_served_model_name": "str",

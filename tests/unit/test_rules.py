@@ -56,7 +56,7 @@ def topologies(tmp_path_factory, topology):
 def host_looks(v, worker_roles, missing=(), listeners=None):
     """What plan.yml's stat and listener scan would find on a converged sandbox host: every path of
     _sglang_host_paths exists as a directory except those in `missing`; `listeners` {port: owner}."""
-    # roles/sglang_internal/vars/main.yml's _sglang_host_paths (the unit Templar has no collection filters)
+    # roles/sglang/vars/main.yml's _sglang_host_paths (the unit Templar has no collection filters)
     paths = plan.host_paths(
         {
             "sglang_model_path": v("sglang_model_path") if worker_roles else None,
@@ -272,7 +272,7 @@ def test_the_router_key_reaches_argv_as_one_token(monkeypatch):
 
 def _user_variables():
     names = {"sglang_model_path"}
-    for rel in ("roles/sglang_internal/defaults/main.yml", "roles/sglang_router/defaults/main.yml"):
+    for rel in ("roles/sglang/defaults/main.yml", "roles/sglang_router/defaults/main.yml"):
         names |= set(yaml.safe_load((REPO / rel).read_text()))
     return sorted(names)
 
