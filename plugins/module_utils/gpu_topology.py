@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_nvml import (  # noqa: F401 (re-exported)
+from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_nvml import (
     NVML_LEVELS,
     NVML_LINK_SCAN,
     NVML_MAX_LINKS,
@@ -39,7 +39,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_nvml im
     collect_nvml,
     load_pynvml,
 )
-from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_parse import (  # noqa: F401 (re-exported)
+from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_parse import (
     LINK_RE,
     NoGpu,
     format_cpulist,
@@ -50,7 +50,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_parse i
     parse_topo_matrix,
     strip_ansi,
 )
-from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_smi import (  # noqa: F401 (re-exported)
+from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_smi import (
     NVIDIA_SMI_DIRS,
     P2P_ARGS,
     P2P_WRITE_ARGS,
@@ -67,6 +67,38 @@ from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_sysfs i
     read_numa_nodes,
     read_pci_locality,
 )
+
+# The public names: this file's own and those it re-exports from its parts.
+__all__ = [
+    "LINK_RE",
+    "NVIDIA_SMI_DIRS",
+    "NVML_LEVELS",
+    "NVML_LINK_SCAN",
+    "NVML_MAX_LINKS",
+    "NVML_P2P",
+    "P2P_ARGS",
+    "P2P_WRITE_ARGS",
+    "QUERY_ARGS",
+    "QUERY_ARGS_NO_CC",
+    "QUERY_FIELDS",
+    "TOPO_ARGS",
+    "NoGpu",
+    "collect_nvidia_smi",
+    "collect_nvml",
+    "empty_facts",
+    "find_nvidia_smi",
+    "format_cpulist",
+    "gather",
+    "load_pynvml",
+    "normalize_bus_id",
+    "pair_status",
+    "parse_cpulist",
+    "parse_p2p",
+    "parse_query_gpu",
+    "parse_topo_matrix",
+    "strip_ansi",
+    "subprocess_runner",
+]
 
 # --------------------------------------------------------------------------------------------
 # Putting it together

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Run the KV transport probe on a real GPU host in the three cases of issue 13, and capture the
 peer-to-peer status that gpu_topology reads; keep every raw output.
 

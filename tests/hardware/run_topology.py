@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Probe a real GPU host with the collection's topology code, through both sources, and keep the raw data.
 
 Run on the GPU machine from the repository root (tests/hardware/run_topology.sh does this on the device

@@ -615,8 +615,9 @@ def test_cache_per_version_and_argv(tmp_path):
     assert len(os.listdir(tmp_path)) == 2, "the unit's older verdict is pruned"
 
     runner = RealRunner(env)
-    other_version = [sys.executable, "-c", "print('sglang-pd-sim 0.1.1')"]
-    fourth = cc.run_check(runner, help_command, argvs, **dict(kwargs, version_command=other_version))
+    other_kwargs = dict(kwargs)
+    other_kwargs["version_command"] = [sys.executable, "-c", "print('sglang-pd-sim 0.1.1')"]
+    fourth = cc.run_check(runner, help_command, argvs, **other_kwargs)
     assert (fourth["parser_runs"], runner.parser_runs) == (1, 1)
 
     before = {name: os.stat(tmp_path / name).st_mtime_ns for name in os.listdir(tmp_path)}
