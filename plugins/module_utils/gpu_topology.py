@@ -60,7 +60,6 @@ from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_smi imp
     TOPO_ARGS,
     collect_nvidia_smi,
     find_nvidia_smi,
-    subprocess_runner,
 )
 from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_sysfs import (
     cpu_count,
@@ -97,7 +96,6 @@ __all__ = [
     "parse_query_gpu",
     "parse_topo_matrix",
     "strip_ansi",
-    "subprocess_runner",
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -161,8 +159,9 @@ def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_p
     host without GPU or driver: zero GPUs and `reason` say so.
 
     source: 'auto' (NVML, else nvidia-smi), 'nvml' or 'nvidia-smi' (only that one).
+    runner: argv -> (rc, stdout, stderr), with LC_ALL=C; needed when nvidia-smi is asked (the modules pass
+    AnsibleModule.run_command, tests/hardware a subprocess runner).
     """
-    runner = runner or subprocess_runner
     sysfs_root = sysfs_root or "/"
     numa_nodes = read_numa_nodes(sysfs_root)
     skipped = []
@@ -186,6 +185,8 @@ def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_p
         path = nvidia_smi_path or find_nvidia_smi(dirs=NVIDIA_SMI_DIRS)
         if not path:
             skipped.append(f"nvidia-smi: not found on PATH or in {', '.join(NVIDIA_SMI_DIRS)}")
+        elif runner is None:
+            raise TypeError("gather(): runner= (argv -> (rc, stdout, stderr)) is needed to run nvidia-smi")
         else:
             try:
                 data = collect_nvidia_smi(runner, path)

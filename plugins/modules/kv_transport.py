@@ -101,7 +101,7 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reads the topology and checks the venv, then returns the pairs it would probe without running the probe.
+    description: Reads the topology and checks the venv, then returns the pairs it would probe; probes nothing.
   diff_mode:
     support: none
     description: Changes nothing on the host, so there is nothing to show.
