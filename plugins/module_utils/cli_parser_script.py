@@ -431,14 +431,14 @@ def main(args=None):
         program.parser.print_help()
         return 0
     if rest and rest[0] == "--info":
-        print(json.dumps(program.info()))  # pylint: disable=ansible-bad-function  # standalone program of the venv's python, not module code
+        print(json.dumps(program.info()))  # pylint: disable=ansible-bad-function  # standalone program (venv python), not module code
         return 0
     if rest and rest[0] == "--table":
-        print(json.dumps(action_table(program.parser), indent=1))  # pylint: disable=ansible-bad-function  # standalone program of the venv's python, not module code
+        print(json.dumps(action_table(program.parser), indent=1))  # pylint: disable=ansible-bad-function  # standalone program (venv python), not module code
         return 0
     if rest and rest[0] == "--parse":
         result = program.parse(rest[1:])
-        print(json.dumps(result, indent=1))  # pylint: disable=ansible-bad-function  # standalone program of the venv's python, not module code
+        print(json.dumps(result, indent=1))  # pylint: disable=ansible-bad-function  # standalone program (venv python), not module code
         return result["exit_status"]
     if rest:
         sys.stderr.write(__doc__)
@@ -454,4 +454,4 @@ def main(args=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())  # pylint: disable=ansible-bad-function  # standalone program of the venv's python, not module code
+    sys.exit(main())  # pylint: disable=ansible-bad-function  # standalone program (venv python), not module code
