@@ -276,7 +276,7 @@ class Program:
         self.dist = known.get("dist")
         self.stubs = known.get("stubs", ())
         install_import_hooks(self.stubs, known.get("bare"))
-        entry_module, _, function = self.entry.partition(":")
+        entry_module, _sep, function = self.entry.partition(":")
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries the JSON answer only
             try:
                 self._set_argv0()

@@ -187,7 +187,6 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils import kv_probe_worker  # noqa: F401 (shipped for -c)
 from ansible_collections.disagg.sglang.plugins.module_utils import kv_transport as kt
 from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology import NVIDIA_SMI_DIRS, gather
 

@@ -186,7 +186,7 @@ def time_sources():
         cold = json.loads(child.stdout) if child.returncode == 0 else {"error": child.stderr[-2000:]}
         warm = []
         facts = None
-        for _ in range(REPEATS):
+        for _repeat in range(REPEATS):
             t1 = time.perf_counter()
             facts = gt.gather(source=source, runner=subprocess_runner)
             warm.append(time.perf_counter() - t1)
