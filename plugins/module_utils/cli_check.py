@@ -98,7 +98,7 @@ def _parse_invocation(invocation):
     """``--a A, --alias A`` (or Python 3.13's ``-a, --alias A``) -> (option strings, args string)."""
     strings, args = [], ""
     for part in _split_top(invocation, ", "):
-        option, _, part_args = part.strip().partition(" ")
+        option, _sep, part_args = part.strip().partition(" ")
         if not re.fullmatch(r"-{1,2}[^\s\[\]{}()|,]+", option):
             return None
         strings.append(option)
@@ -249,12 +249,12 @@ class _Index:
         if len(arg) == 1:
             return None
         if "=" in arg:
-            string, _, value = arg.partition("=")
+            string, _sep, value = arg.partition("=")
             if string in self.by_string:
                 return ("exact", self.by_string[string], string, value)
         matches = self.prefix_matches(arg)
         if len(matches) > 1:
-            return ("ambiguous", None, [s for _, s, _ in matches], None)
+            return ("ambiguous", None, [s for _option, s, _explicit in matches], None)
         if len(matches) == 1:
             option, string, value = matches[0]
             return ("prefix", option, string, value)
@@ -527,7 +527,7 @@ def installed_version(run_command, version_command):
     """Stripped standard output of ``version_command`` (None without one); CheckError when it fails."""
     if not version_command:
         return None
-    out, _ = _run(run_command, [str(t) for t in version_command], "the version command")
+    out, _err = _run(run_command, [str(t) for t in version_command], "the version command")
     if not out.strip():
         raise CheckError(f"the version command {' '.join(map(str, version_command))} printed nothing")
     return out.strip()

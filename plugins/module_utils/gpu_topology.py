@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_nvml import (  # noqa: F401 (re-exported)
+from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_nvml import (
     NVML_LEVELS,
     NVML_LINK_SCAN,
     NVML_MAX_LINKS,
@@ -39,7 +39,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_nvml im
     collect_nvml,
     load_pynvml,
 )
-from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_parse import (  # noqa: F401 (re-exported)
+from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_parse import (
     LINK_RE,
     NoGpu,
     format_cpulist,
@@ -50,7 +50,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_parse i
     parse_topo_matrix,
     strip_ansi,
 )
-from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_smi import (  # noqa: F401 (re-exported)
+from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_smi import (
     NVIDIA_SMI_DIRS,
     P2P_ARGS,
     P2P_WRITE_ARGS,
@@ -60,13 +60,43 @@ from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_smi imp
     TOPO_ARGS,
     collect_nvidia_smi,
     find_nvidia_smi,
-    subprocess_runner,
 )
 from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_sysfs import (
     cpu_count,
     read_numa_nodes,
     read_pci_locality,
 )
+
+# The public names: this file's own and those it re-exports from its parts.
+__all__ = [
+    "LINK_RE",
+    "NVIDIA_SMI_DIRS",
+    "NVML_LEVELS",
+    "NVML_LINK_SCAN",
+    "NVML_MAX_LINKS",
+    "NVML_P2P",
+    "P2P_ARGS",
+    "P2P_WRITE_ARGS",
+    "QUERY_ARGS",
+    "QUERY_ARGS_NO_CC",
+    "QUERY_FIELDS",
+    "TOPO_ARGS",
+    "NoGpu",
+    "collect_nvidia_smi",
+    "collect_nvml",
+    "empty_facts",
+    "find_nvidia_smi",
+    "format_cpulist",
+    "gather",
+    "load_pynvml",
+    "normalize_bus_id",
+    "pair_status",
+    "parse_cpulist",
+    "parse_p2p",
+    "parse_query_gpu",
+    "parse_topo_matrix",
+    "strip_ansi",
+]
 
 # --------------------------------------------------------------------------------------------
 # Putting it together
@@ -129,8 +159,9 @@ def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_p
     host without GPU or driver: zero GPUs and `reason` say so.
 
     source: 'auto' (NVML, else nvidia-smi), 'nvml' or 'nvidia-smi' (only that one).
+    runner: argv -> (rc, stdout, stderr), with LC_ALL=C; needed when nvidia-smi is asked (the modules pass
+    AnsibleModule.run_command, tests/hardware a subprocess runner).
     """
-    runner = runner or subprocess_runner
     sysfs_root = sysfs_root or "/"
     numa_nodes = read_numa_nodes(sysfs_root)
     skipped = []
@@ -154,6 +185,8 @@ def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_p
         path = nvidia_smi_path or find_nvidia_smi(dirs=NVIDIA_SMI_DIRS)
         if not path:
             skipped.append(f"nvidia-smi: not found on PATH or in {', '.join(NVIDIA_SMI_DIRS)}")
+        elif runner is None:
+            raise TypeError("gather(): runner= (argv -> (rc, stdout, stderr)) is needed to run nvidia-smi")
         else:
             try:
                 data = collect_nvidia_smi(runner, path)

@@ -182,7 +182,7 @@ def parse_topo_matrix(text):
 
     # Header: device columns, then the affinity columns that this driver prints.
     positions = sorted((header.find(name), name) for name in _AFFINITY_COLUMNS if name in header)
-    affinity_columns = [name for _, name in positions]
+    affinity_columns = [name for _column, name in positions]
     device_part = header[: positions[0][0]] if positions else header
     columns = _split_merged(device_part.split(), _DEVICES_RUN_RE, _DEVICE_RE)
 

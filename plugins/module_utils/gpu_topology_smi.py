@@ -1,12 +1,15 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""nvidia-smi collection of the GPU topology code (facade: gpu_topology.py), through an injected runner."""
+"""nvidia-smi collection of the GPU topology code (facade: gpu_topology.py), through an injected runner.
+
+The runner runs commands: the modules pass AnsibleModule.run_command (wrapped), the plain scripts of
+tests/hardware pass collection_path.subprocess_runner.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 
 from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_parse import (
     NoGpu,
@@ -37,16 +40,6 @@ def find_nvidia_smi(extra_dirs=None, dirs=None):
         if os.access(candidate, os.X_OK):
             return candidate
     return None
-
-
-def subprocess_runner(argv, timeout=60):
-    """Default runner: (rc, stdout, stderr) with LC_ALL=C; rc 127 when it cannot run."""
-    env = dict(os.environ, LC_ALL="C", LANG="C")
-    try:
-        proc = subprocess.run(argv, capture_output=True, env=env, timeout=timeout, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return 127, "", str(exc)
-    return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
 
 
 def _first_line(*texts):

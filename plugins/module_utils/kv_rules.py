@@ -82,7 +82,7 @@ def _flag(flags, full, shortest):
 def _expandable(value):
     """True when a PyTorch allocator config turns expandable segments on (`expandable_segments:True`)."""
     for option in str(value or "").split(","):
-        key, _, val = option.partition(":")
+        key, _sep, val = option.partition(":")
         if key.strip() == "expandable_segments" and val.strip().lower() in ("true", "1"):
             return True
     return False

@@ -31,7 +31,7 @@ def samples(text):
 
 def total(text, name):
     """Sum of every sample of one series (all label sets)."""
-    return sum(value for sample, _, value in samples(text) if sample == name)
+    return sum(value for sample, _labels, value in samples(text) if sample == name)
 
 
 KV_SERIES = {

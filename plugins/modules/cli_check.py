@@ -31,7 +31,7 @@ description:
   - Meant to run before anything that starts the programs changes, so a flag a new version refuses
     never reaches a unit that would crash-loop.
 author:
-  - disagg.sglang contributors
+  - disagg.sglang maintainers (!UNKNOWN)
 options:
   help_command:
     description:
@@ -79,9 +79,10 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Reads the cache and runs the parser (read-only); does not write the cache.
+    description: Reads the cache and runs the parser (read-only); does not write the cache.
   diff_mode:
     support: none
+    description: Changes nothing on the host, so there is nothing to show.
 notes:
   - The module never changes the host's configuration; C(changed) is always false. Writing the cache is bookkeeping.
   - The parser script is sent to PYTHON with C(-c); it imports the program's argument modules, nothing else.

@@ -7,7 +7,8 @@ DOCUMENTATION = r"""
 module: gpu_topology
 short_description: Gather NVIDIA GPU, NUMA and GPU-link facts of a host
 version_added: "0.1.0"
-author: disagg.sglang maintainers
+author:
+  - disagg.sglang maintainers (!UNKNOWN)
 description:
   - Reads the GPUs of a host, the NUMA node and CPUs close to each, the NUMA nodes with their CPUs, and
     the GPU-to-GPU link matrix, and returns them as C(ansible_facts.gpu_topology). Changes nothing.
@@ -52,10 +53,13 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Only reads sysfs and runs C(nvidia-smi), so check mode gathers the same facts as a real run.
   diff_mode:
     support: none
+    description: Changes nothing on the host, so there is nothing to show.
   facts:
     support: full
+    description: Returns the GPU, NUMA and link facts under RV(ansible_facts).
 notes:
   - GPU indices are those of NVML and C(nvidia-smi) (PCI bus order). CUDA numbers devices the same way
     only with C(CUDA_DEVICE_ORDER=PCI_BUS_ID).

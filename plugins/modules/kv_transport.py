@@ -7,7 +7,8 @@ DOCUMENTATION = r"""
 module: kv_transport
 short_description: Prove the KV cache path between a prefill GPU and a decode GPU (NIXL over UCX)
 version_added: "0.2.0"
-author: disagg.sglang maintainers
+author:
+  - disagg.sglang maintainers (!UNKNOWN)
 description:
   - Runs two short processes with the serving venv's Python, one holding a buffer on a prefill GPU and one
     on a decode GPU, and WRITEs O(mib) MiB from the first into the second with NIXL's UCX backend, as
@@ -100,8 +101,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Reads the topology and checks the venv, then returns the pairs it would probe; probes nothing.
   diff_mode:
     support: none
+    description: Changes nothing on the host, so there is nothing to show.
 notes:
   - The probe program is C(plugins/module_utils/kv_probe_worker.py), passed to Python with C(-c); parsing and
     verdict are in C(plugins/module_utils/kv_transport.py), unit-tested on tables captured on an H200
@@ -158,7 +161,7 @@ pairs:
       description: What allocated the VRAM (torch and its allocator settings, or cupy).
       type: str
       returned: always
-    message: {description: The verdict in words (lane, GB/s, likely cause)., type: str, returned: always}
+    message: {description: "The verdict in words (lane, GB/s, likely cause).", type: str, returned: always}
   sample:
     - src: 0
       dst: 1
@@ -184,7 +187,6 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils import kv_probe_worker  # noqa: F401 (shipped for -c)
 from ansible_collections.disagg.sglang.plugins.module_utils import kv_transport as kt
 from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology import NVIDIA_SMI_DIRS, gather
 
@@ -248,11 +250,11 @@ def main():
     if rc != 0:
         why = (err or out).strip().splitlines()[-1:] or ["no output"]
         skip(f"KV transport probe skipped: NIXL does not import in {p['venv']} ({why[0]})", planned)
-    rc, _, _ = module.run_command(
+    rc, _out, _err = module.run_command(
         [
             python,
             "-c",
-            "import importlib.util as u, sys; sys.exit(0 if u.find_spec('torch') or u.find_spec('cupy') else 3)",
+            "import importlib.util as u; raise SystemExit(0 if u.find_spec('torch') or u.find_spec('cupy') else 3)",
         ]
     )
     if rc != 0:

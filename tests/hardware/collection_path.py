@@ -6,6 +6,8 @@ folder holding `ansible_collections/disagg/sglang` -> the checkout, put first on
 """
 
 import importlib
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +27,17 @@ def collections_root():
         _ROOT = root
         sys.path.insert(0, str(root))
     return _ROOT
+
+
+def subprocess_runner(argv, timeout=60):
+    """The command runner of gpu_topology.gather() for plain scripts: (rc, stdout, stderr) with LC_ALL=C;
+    rc 127 when it cannot run. (The modules pass AnsibleModule.run_command instead.)"""
+    env = dict(os.environ, LC_ALL="C", LANG="C")
+    try:
+        proc = subprocess.run(argv, capture_output=True, env=env, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return 127, "", str(exc)
+    return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
 
 
 def module_utils(name):

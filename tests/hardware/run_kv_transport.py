@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Run the KV transport probe on a real GPU host in the three cases of issue 13, and capture the
 peer-to-peer status that gpu_topology reads; keep every raw output.
 
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from collection_path import module_utils
+from collection_path import module_utils, subprocess_runner
 
 kt = module_utils("kv_transport")
 gt = module_utils("gpu_topology")
@@ -43,7 +43,7 @@ def capture_p2p(outdir):
     smi = gt.find_nvidia_smi() or "nvidia-smi"
     parts = []
     for flag in ("r", "w", "n", "a", "p"):
-        rc, out, err = gt.subprocess_runner([smi, "topo", "-p2p", flag])
+        rc, out, err = subprocess_runner([smi, "topo", "-p2p", flag])
         parts.append(f"$ nvidia-smi topo -p2p {flag}   (rc {rc})\n{out}{err}")
     Path(outdir, "p2p.txt").write_text("".join(parts))
     log("".join(parts))
@@ -67,8 +67,8 @@ def capture_p2p(outdir):
         nvml.nvmlShutdown()
     except Exception as exc:
         rec["error"] = f"{type(exc).__name__}: {exc}"
-    rec["gather_nvml"] = gt.gather(source="nvml")
-    rec["gather_nvidia_smi"] = gt.gather(source="nvidia-smi")
+    rec["gather_nvml"] = gt.gather(source="nvml", runner=subprocess_runner)
+    rec["gather_nvidia_smi"] = gt.gather(source="nvidia-smi", runner=subprocess_runner)
     Path(outdir, "nvml-p2p.json").write_text(json.dumps(rec, indent=1, default=repr) + "\n")
     log(json.dumps(rec["pairs"], indent=1))
     return len(rec["gather_nvml"]["gpus"]) or len(rec["gather_nvidia_smi"]["gpus"])

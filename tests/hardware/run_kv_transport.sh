@@ -3,7 +3,7 @@
 # three cases and the peer-to-peer status, raw outputs into $OUT. nixl + nixl-cu13 1.5.1 travel as wheels
 # in the folder given as $1 (default .whl); the device machine's python3 holds torch, numpy and nvidia-ml-py.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 wheels=${1:-.whl}
 out=${OUT:-/tmp/kv-transport-out}
 mkdir -p "$out"

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Probe a real GPU host with the collection's topology code, through both sources, and keep the raw data.
 
 Run on the GPU machine from the repository root (tests/hardware/run_topology.sh does this on the device
@@ -30,7 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from collection_path import module_utils  # noqa: E402 (this folder, put on sys.path above)
+from collection_path import module_utils, subprocess_runner  # noqa: E402 (this folder, put on sys.path above)
 
 gt = module_utils("gpu_topology")
 
@@ -62,13 +62,13 @@ def capture_smi(outdir, smi):
         ("topo-p2p-r.txt", gt.P2P_ARGS),
     ):
         t0 = time.perf_counter()
-        rc, out, err = gt.subprocess_runner([smi, *args])
+        rc, out, err = subprocess_runner([smi, *args])
         took = time.perf_counter() - t0
         Path(outdir, fname).write_text(out if rc == 0 else f"# rc {rc}\n{out}{err}")
         raw[fname] = {"argv": ["nvidia-smi", *args], "rc": rc, "seconds": round(took, 4)}
         log(f"$ nvidia-smi {' '.join(args)}   (rc {rc}, {took:.3f} s)\n{out}{err}")
     for args in (["--version"], ["-L"], ["nvlink", "-s"], ["topo", "-p2p", "n"]):
-        rc, out, err = gt.subprocess_runner([smi, *args])
+        rc, out, err = subprocess_runner([smi, *args])
         raw[" ".join(args)] = {"rc": rc, "output": (out + err)[-4000:]}
         log(f"$ nvidia-smi {' '.join(args)}   (rc {rc})\n{out}{err}")
     return raw
@@ -170,7 +170,7 @@ def record_nvml(outdir):
 def once(source):
     """Child mode: one gather() in a fresh interpreter (cold: library loads, first NVML init)."""
     t0 = time.perf_counter()
-    facts = gt.gather(source=source)
+    facts = gt.gather(source=source, runner=subprocess_runner)
     took = time.perf_counter() - t0
     print(json.dumps({"seconds": took, "facts": facts}))
 
@@ -186,9 +186,9 @@ def time_sources():
         cold = json.loads(child.stdout) if child.returncode == 0 else {"error": child.stderr[-2000:]}
         warm = []
         facts = None
-        for _ in range(REPEATS):
+        for _repeat in range(REPEATS):
             t1 = time.perf_counter()
-            facts = gt.gather(source=source)
+            facts = gt.gather(source=source, runner=subprocess_runner)
             warm.append(time.perf_counter() - t1)
         out[source] = {
             "facts": facts,

@@ -38,7 +38,7 @@ def host_vars(inventory="inventories/sandbox", host="pytest-badinv-1", groups=GR
         if path.exists():
             variables.update(_load(loader, path))
     variables.update(host_extra or {})
-    variables.update({k: v for k, v in (extra or {}).items()})
+    variables.update(extra or {})
     variables.update(_load(loader, REPO / "roles/sglang/vars/main.yml"))
     groups_map = {g: [host] for g in groups}
     variables.update(
@@ -50,7 +50,7 @@ def host_vars(inventory="inventories/sandbox", host="pytest-badinv-1", groups=GR
             "ansible_host": host,
         }
     )
-    variables.update({k: v for k, v in (extra or {}).items()})  # extra vars win over role vars too
+    variables.update(extra or {})  # extra vars win over role vars too
     templar = Templar(loader=loader, variables=variables)
 
     def resolve(name):

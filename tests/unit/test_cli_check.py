@@ -317,7 +317,7 @@ def run_module(args, run_command, check_mode=False):
 def module_runner(version="0.5.23", help_key="sglang"):
     calls = []
 
-    def run_command(_module, argv, environ_update=None, **_):
+    def run_command(_module, argv, environ_update=None, **_kwargs):
         calls.append((argv, environ_update))
         if argv == VERSION_COMMAND:
             return 0, version + "\n", ""
@@ -343,14 +343,14 @@ def test_module_passes_and_caches(tmp_path):
     assert result["checked"] == ["prefill0"]
     assert "prefill0: --disable-cuda-graph is deprecated" in result["_warnings_text"]
     assert result["flag_warnings"][0]["kind"] == "deprecated"
-    assert all(env == {"LC_ALL": "C", "LANG": "C"} for _, env in calls)
+    assert all(env == {"LC_ALL": "C", "LANG": "C"} for _argv, env in calls)
     assert os.path.isfile(result["cache_file"])
 
     run_command, calls = module_runner()
     code, result = run_module(args, run_command)
     assert code == 0
     assert result["spec_source"] == "cache"
-    assert [argv for argv, _ in calls] == [VERSION_COMMAND]
+    assert [argv for argv, _env in calls] == [VERSION_COMMAND]
 
 
 def test_module_fails_listing_problems(tmp_path):
@@ -359,7 +359,7 @@ def test_module_fails_listing_problems(tmp_path):
         "argvs": {"decode0": ["--model-path", "/m", "--cuda-graph-max-bs", "64"]},
         "method": "help",
     }
-    run_command, _ = module_runner()
+    run_command, _calls = module_runner()
     code, result = run_module(args, run_command)
     assert code == 1
     assert result["failed"] is True
@@ -376,7 +376,7 @@ def test_module_check_mode_does_not_write_the_cache(tmp_path):
         "argvs": {"prefill0": ["--model-path", "/m"]},
         "method": "help",
     }
-    run_command, _ = module_runner()
+    run_command, _calls = module_runner()
     code, result = run_module(args, run_command, check_mode=True)
     assert code == 0
     assert result["spec_source"] == "help"
@@ -384,7 +384,7 @@ def test_module_check_mode_does_not_write_the_cache(tmp_path):
 
 
 def test_module_reports_a_broken_help_command(tmp_path):
-    def run_command(_module, argv, **_):
+    def run_command(_module, argv, **_kwargs):
         return 1, "", "Traceback ...\nImportError: libcuda.so.1: cannot open shared object file\n"
 
     code, result = run_module({"help_command": HELP_COMMAND, "argvs": {"p": []}}, run_command)
@@ -437,7 +437,7 @@ def test_real_commands_cold_and_cached(real_python, tmp_path, capsys):
         INSTANCES[role]["name"]: sf.argv(sf.render_lines(sf.worker_flags(profile, role, INSTANCES[role], SETTINGS)))
         for role in sf.WORKER_ROLES
     }
-    help_command, version_command, _ = program_commands("sglang", real_python)
+    help_command, version_command, _env = program_commands("sglang", real_python)
     seconds = []
     for expected_source in ("parser", "cache"):
         runner = RealRunner()
@@ -508,7 +508,7 @@ def parser_verdicts(real_python):
     (as ``argv:ID``, for the cross-check of the help emulation)."""
     verdicts, seconds = {}, []
     for program in ("sglang", "router", "sim"):
-        help_command, _, env = program_commands(program, real_python)
+        help_command, _version_command, env = program_commands(program, real_python)
         argvs = {c["id"]: c["argv"] for c in CASES["parser_cases"] if program in c["programs"]}
         argvs.update({f"argv:{c['id']}": case_argv(c) for c in CASES["argv_cases"] if c["help"] == program})
         started = time.monotonic()
@@ -615,8 +615,9 @@ def test_cache_per_version_and_argv(tmp_path):
     assert len(os.listdir(tmp_path)) == 2, "the unit's older verdict is pruned"
 
     runner = RealRunner(env)
-    other_version = [sys.executable, "-c", "print('sglang-pd-sim 0.1.1')"]
-    fourth = cc.run_check(runner, help_command, argvs, **dict(kwargs, version_command=other_version))
+    other_kwargs = dict(kwargs)
+    other_kwargs["version_command"] = [sys.executable, "-c", "print('sglang-pd-sim 0.1.1')"]
+    fourth = cc.run_check(runner, help_command, argvs, **other_kwargs)
     assert (fourth["parser_runs"], runner.parser_runs) == (1, 1)
 
     before = {name: os.stat(tmp_path / name).st_mtime_ns for name in os.listdir(tmp_path)}
@@ -627,7 +628,7 @@ def test_cache_per_version_and_argv(tmp_path):
 
 def test_module_with_the_real_router(tmp_path):
     """The module end to end, AnsibleModule.run_command included (the script goes as -c, argvs on stdin)."""
-    help_command, version_command, _ = program_commands("router")
+    help_command, version_command, _env = program_commands("router")
     args = {
         "help_command": help_command,
         "version_command": version_command,

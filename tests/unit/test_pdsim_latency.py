@@ -126,7 +126,7 @@ def test_ttft_grows_with_input_length_and_prefill_queue(sims):
     assert 0.38 < long < 1.5 and long > short + 0.3, (short, long)  # 20 ms vs 400 ms of simulated prefill
 
     with ThreadPoolExecutor(4) as pool:  # 4 x 100 tokens at once: they queue for the one prefill slot
-        ttfts = sorted(pool.map(lambda _: time_to_first_chunk(url, body(100)), range(4)))
+        ttfts = sorted(pool.map(lambda _i: time_to_first_chunk(url, body(100)), range(4)))
     assert ttfts[-1] > 0.7 and ttfts[-1] > ttfts[0] + 0.4, ttfts  # 0.2 s each, the last waits for three
 
 
@@ -140,7 +140,7 @@ def test_tpot_grows_with_decode_batch(sims):
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(5) as pool:  # batch of 5: 10 ms x (1 + 0.5 x 4) = 30 ms per token
-        statuses = list(pool.map(lambda _: http("POST", sim.url("/generate"), body)[0], range(5)))
+        statuses = list(pool.map(lambda _i: http("POST", sim.url("/generate"), body)[0], range(5)))
     batched = time.monotonic() - t0
     assert statuses == [200] * 5
     assert alone > 0.18 and batched > 0.5 and batched > 1.5 * alone, (alone, batched)

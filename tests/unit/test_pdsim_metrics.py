@@ -154,31 +154,35 @@ def test_pd_pair_exports_sglang_series_driven_by_requests(sims):
             assert name in rows, f"{engine_type} exports {name}, not in {FIXTURE.name}"
             assert meta["type"] == rows[name]["type"], name
             assert engine_type in rows[name]["roles"], f"{name} on {engine_type}"
-            for sample_name, labels, _ in meta["samples"]:
+            for sample_name, labels, _value in meta["samples"]:
                 assert set(labels) - {"le"} == rows[name]["labels"], (sample_name, labels)
                 assert labels["engine_type"] == engine_type and labels["model_name"] == "sim"
-        prompt = {lab["is_streaming"]: v for _, lab, v in series(parsed, "sglang:prompt_tokens_total")}
+        prompt = {lab["is_streaming"]: v for _sample, lab, v in series(parsed, "sglang:prompt_tokens_total")}
         assert prompt == {"false": 50.0, "true": 2.0}, prompt
         for gauge in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"):
-            assert [v for _, _, v in series(parsed, gauge)] == [0.0], gauge  # idle again, KV released
+            assert [v for _sample, _labels, v in series(parsed, gauge)] == [0.0], gauge  # idle again, KV released
 
         if engine_type == "prefill":
             # sglang: a PD prefill never observes TTFT / ITL / TPOT; it observes each KV transfer
             assert not series(parsed, "sglang:time_to_first_token_seconds")
-            speed = {s: v for s, _, v in series(parsed, "sglang:kv_transfer_speed_gb_s") if not s.endswith("bucket")}
-            latency = {s: v for s, _, v in series(parsed, "sglang:kv_transfer_latency_ms") if not s.endswith("bucket")}
+            speed = {
+                s: v for s, _labels, v in series(parsed, "sglang:kv_transfer_speed_gb_s") if not s.endswith("bucket")
+            }
+            latency = {
+                s: v for s, _labels, v in series(parsed, "sglang:kv_transfer_latency_ms") if not s.endswith("bucket")
+            }
             assert speed["sglang:kv_transfer_speed_gb_s_count"] == 2.0
             # 50 + 2 MiB at 5e9 B/s: 10.49 + 0.42 ms; speed as sglang computes it (MiB / 1024 / s): 4.66 each
             assert 10.8 < latency["sglang:kv_transfer_latency_ms_sum"] < 11.0, latency
             assert 9.30 < speed["sglang:kv_transfer_speed_gb_s_sum"] < 9.33, speed
-            total_mb = [v for s, _, v in series(parsed, "sglang:kv_transfer_total_mb") if s.endswith("_sum")]
+            total_mb = [v for s, _labels, v in series(parsed, "sglang:kv_transfer_total_mb") if s.endswith("_sum")]
             assert total_mb == [52.0], total_mb  # 50 MiB + 2 MiB
         else:
-            ttft = [v for s, _, v in series(parsed, "sglang:time_to_first_token_seconds") if s.endswith("_count")]
+            ttft = [v for s, _labels, v in series(parsed, "sglang:time_to_first_token_seconds") if s.endswith("_count")]
             assert sorted(ttft) == [1.0, 1.0]  # one non-streaming, one streaming request
-            itl = [v for s, _, v in series(parsed, "sglang:inter_token_latency_seconds") if s.endswith("_count")]
+            itl = [v for s, _labels, v in series(parsed, "sglang:inter_token_latency_seconds") if s.endswith("_count")]
             assert itl == [6.0]  # (4 - 1) + (4 - 1) gaps between tokens
-            gen = sum(v for _, _, v in series(parsed, "sglang:generation_tokens_total"))
+            gen = sum(v for _sample, _labels, v in series(parsed, "sglang:generation_tokens_total"))
             assert gen == 8.0
 
 
@@ -193,7 +197,7 @@ def test_handoff_failures_counted_as_sglang_counts_them(sims):
     assert http("POST", decode.url("/generate"), body)[0] == 500
 
     def count(sim, name):
-        return sum(v for _, _, v in series(parse_exposition(sim.metrics_text()), name))
+        return sum(v for _sample, _labels, v in series(parse_exposition(sim.metrics_text()), name))
 
     assert count(decode, "sglang:num_transfer_failed_reqs_total") == 1.0
     assert count(decode, "sglang:num_bootstrap_failed_reqs_total") == 1.0

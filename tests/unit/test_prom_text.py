@@ -47,5 +47,5 @@ def test_the_line_says_simulated_and_failed():
 
 
 def test_samples_skip_comments_and_keep_labels():
-    (name, labels, value), *_ = prom_text.samples(page(1, 2.0, 3.0).split("\n", 2)[2])
+    (name, labels, value), *_rest = prom_text.samples(page(1, 2.0, 3.0).split("\n", 2)[2])
     assert name == "sglang:kv_transfer_speed_gb_s_bucket" and labels["le"] == "+Inf" and value == 1.0

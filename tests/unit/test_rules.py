@@ -82,7 +82,7 @@ def preflight(
     """The messages of the first preflight stage that fails, as roles/*/tasks/plan.yml compute them; [] if none.
     with_units: also the planned specs (the workers', then the router's). missing: variables whose paths the
     host lacks; listeners: {port: owner} already listening on the host."""
-    _, _, v = host_vars(inventory=inventory, groups=groups, extra=extra, host_extra=host_extra)
+    _templar, _variables, v = host_vars(inventory=inventory, groups=groups, extra=extra, host_extra=host_extra)
     stages = []
     stages.append(lambda: F["deps_problems"](v("sglang_deps_packages"), v("sglang_deps_packages_nodeps"),
                                              v("sglang_deps_wheelhouse")))  # fmt: skip

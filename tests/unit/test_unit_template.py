@@ -8,7 +8,7 @@ import jinja2
 import pytest
 import yaml
 from ansible_collections.disagg.sglang.plugins.filter.plan import FilterModule
-from test_rules import preflight, topology  # noqa: F401 (the fixture)
+from test_rules import preflight, topology  # noqa: F401 (the fixture)  # pylint: disable=unused-import
 from unit_files import parse_unit
 
 REPO = Path(__file__).resolve().parents[2]

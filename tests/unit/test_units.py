@@ -336,7 +336,7 @@ def test_the_router_api_key_reaches_the_process_through_its_environment_only():
 ])  # fmt: skip
 def test_hardening_by_kind(kind, present, absent):
     settings = {"state_dir": "/var/lib/sglang", "device_allow": ["char-nvidia rw"]}
-    keys = [key for key, _ in units.hardening(kind, settings)]
+    keys = [key for key, _value in units.hardening(kind, settings)]
     assert {"NoNewPrivileges", "ProtectSystem", "ReadWritePaths", "ProtectHome"} <= set(keys)
     assert set(present) <= set(keys)
     assert not set(absent) & set(keys)

@@ -383,7 +383,7 @@ def load_knobs(env=None) -> Knobs:
         problems=problems,
     )
     for item in filter(None, (p.strip() for p in knobs.raw_fail.split(","))):
-        kind, _, arg = item.partition(":")
+        kind, _sep, arg = item.partition(":")
         try:
             if kind == "generate":
                 knobs.fail_generate = int(arg or 500)

@@ -133,7 +133,7 @@ def series_table() -> list[dict]:
             "roles": list(ROLES.get(name, ALL_ROLES)),
             "help": doc,
         }
-        for _, kind, name, labels, _, doc in SERIES
+        for _attr, kind, name, labels, _buckets, doc in SERIES
     ]
 
 

@@ -143,7 +143,7 @@ class Engine:
         with self.cond:
             while self.generated and self.generated[0][0] < now - GEN_WINDOW_S:
                 self.generated.popleft()
-            recent = sum(n for _, n in self.generated)
+            recent = sum(n for _when, n in self.generated)
             return {
                 "num_queue_reqs": len(self.queue),
                 "num_running_reqs": self.prefilling + self.decoding,

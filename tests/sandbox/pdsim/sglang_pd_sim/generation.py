@@ -177,7 +177,7 @@ class GenerationMixin(HandoffMixin):
             if st.role != "prefill":
                 st.engine.step(held, items)
             now = time.time()
-            for _ in range(items):
+            for _item in range(items):
                 if last is None:
                     st.metrics.first_token(now - t0, stream)
                 else:
@@ -192,7 +192,7 @@ class GenerationMixin(HandoffMixin):
         now = time.time()
         self._finished = True
         first = self._first_token_at
-        for _, toks, prompt_tokens in outputs:
+        for _prompt, toks, prompt_tokens in outputs:
             st.metrics.finished(
                 prompt_tokens=prompt_tokens,
                 completion_tokens=len(toks),
@@ -224,14 +224,14 @@ class GenerationMixin(HandoffMixin):
         finish = "length"
 
         if not stream:
-            for _ in self.token_steps(len(toks), slot, t0, stream, len(outputs)):
+            for _step in self.token_steps(len(toks), slot, t0, stream, len(outputs)):
                 pass
             e2e = self.finish_metrics(outputs, t0, stream)
             if kind == "generate":
-                items = [self.generate_item(toks_, pt, e2e, done=True) for (_, toks_, pt) in outputs]
+                items = [self.generate_item(toks_, pt, e2e, done=True) for (_prompt, toks_, pt) in outputs]
                 self.send_json(200, items if batch else items[0])
             elif kind == "completion":
-                text = "".join(p for _, p in toks)
+                text = "".join(p for _token_id, p in toks)
                 self.send_json(
                     200,
                     {
@@ -246,7 +246,7 @@ class GenerationMixin(HandoffMixin):
                     },
                 )
             else:
-                text = "".join(p for _, p in toks)
+                text = "".join(p for _token_id, p in toks)
                 self.send_json(
                     200,
                     {
@@ -334,8 +334,8 @@ class GenerationMixin(HandoffMixin):
     def generate_item(self, toks, prompt_tokens: int, e2e: float, done: bool) -> dict:
         n = len(toks)
         return {
-            "text": "".join(p for _, p in toks),
-            "output_ids": [t for t, _ in toks],
+            "text": "".join(p for _token_id, p in toks),
+            "output_ids": [t for t, _piece in toks],
             "meta_info": {
                 "id": self._rid,
                 "finish_reason": {"type": "length", "length": n} if done else None,

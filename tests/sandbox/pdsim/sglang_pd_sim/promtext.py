@@ -162,18 +162,18 @@ def parse_exposition(text: str) -> dict:
     current = None
     for line in text.splitlines():
         if line.startswith("# HELP "):
-            name, _, doc = line[7:].partition(" ")
+            name, _sep, doc = line[7:].partition(" ")
             current = out.setdefault(name, {"type": None, "help": doc, "samples": []})
         elif line.startswith("# TYPE "):
-            name, _, kind = line[7:].partition(" ")
+            name, _sep, kind = line[7:].partition(" ")
             current = out.setdefault(name, {"type": None, "help": "", "samples": []})
             current["type"] = kind
         elif line and not line.startswith("#"):
-            head, _, value = line.rpartition(" ")
-            sname, _, rest = head.partition("{")
+            head, _sep, value = line.rpartition(" ")
+            sname, _sep, rest = head.partition("{")
             labels = {}
             for part in filter(None, _split_labels(rest.rstrip("}"))):
-                k, _, v = part.partition("=")
+                k, _sep, v = part.partition("=")
                 labels[k] = v[1:-1].replace(r"\"", '"').replace(r"\n", "\n").replace(r"\\", "\\")
             base = next((n for n in out if sname == n or sname in (n + "_bucket", n + "_sum", n + "_count")), sname)
             out.setdefault(base, {"type": None, "help": "", "samples": []})["samples"].append(

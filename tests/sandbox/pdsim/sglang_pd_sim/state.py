@@ -89,7 +89,7 @@ class SimState:
         }
 
     def server_info(self) -> dict:
-        info = {k: v for k, v in vars(self.args).items()}
+        info = dict(vars(self.args))
         info.update(
             tokenizer_path=self.tokenizer_path,
             served_model_name=self.model_name,

@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
         return 2
     found = declared(Path(argv[0]).read_text(encoding="utf-8"))
     bad = 0
-    for _, kind, name, _, _, doc in SERIES:
+    for _attr, kind, name, _labels, _buckets, doc in SERIES:
         if name not in found:
             print(f"MISSING {name}")
             bad += 1
