@@ -45,7 +45,7 @@ def connect_outcome(host, port, timeout=3.0, connect=None):
         return f"unresolved: {exc.strerror or exc}"
     except ConnectionRefusedError:
         return "refused"
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         return "timeout"
     except OSError as exc:
         if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN):

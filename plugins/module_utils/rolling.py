@@ -21,9 +21,7 @@ ROLE_ORDER = {"prefill": 0, "decode": 1}
 
 def defer(unit, role_totals, router_serving, batch):
     """Whether a changed unit (a spec with `existed`) waits for the rolling step instead of restarting now."""
-    return bool(
-        unit.get("existed") and router_serving and int(batch or 0) > 0 and role_totals.get(unit["role"], 0) > 1
-    )
+    return bool(unit.get("existed") and router_serving and int(batch or 0) > 0 and role_totals.get(unit["role"], 0) > 1)
 
 
 def role_totals(worker_specs):

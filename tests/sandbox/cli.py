@@ -32,7 +32,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 0
     print(f"sandbox {args.name}: {len(hosts)} host(s)")
     for host in hosts:
-        print(f"  {host['name']:<20} {host['address']:<15} {host['topology']:<16} ssh -F {rel}/ssh_config {host['name']}")
+        print(
+            f"  {host['name']:<20} {host['address']:<15} {host['topology']:<16} ssh -F {rel}/ssh_config {host['name']}"
+        )
     print(f"ansible:  ansible -i {rel}/inventory.yml all -m ping")
     print(f"hosts:    {rel}/hosts.json")
     print(f"down:     python -m tests.sandbox down --name {args.name}")
@@ -130,7 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         print("sandbox: --name must be lowercase letters, digits and '-' (it becomes host names)", file=sys.stderr)
         return 2
     if args.command == "up" and set(args.topology.split(",")) - set(fakegpu.topology_names()):
-        print(f"sandbox: --topology: unknown {args.topology}; known: {', '.join(fakegpu.topology_names())}", file=sys.stderr)
+        print(
+            f"sandbox: --topology: unknown {args.topology}; known: {', '.join(fakegpu.topology_names())}",
+            file=sys.stderr,
+        )
         return 2
     if args.command == "up" and not 1 <= args.hosts <= 64:
         print("sandbox: --hosts must be 1..64", file=sys.stderr)
