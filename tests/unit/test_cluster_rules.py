@@ -4,7 +4,8 @@ import errno
 import socket
 
 import pytest
-from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, rolling
+from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, rolling, units
+from test_units import DECODE, PLACEMENT, PROFILE, SETTINGS
 
 
 @pytest.mark.parametrize(
@@ -152,3 +153,14 @@ ExecStart=/usr/bin/numactl --cpunodebind=0 /v/bin/python -m sglang.launch_server
 )  # fmt: skip
 def test_health_url_of_unit(text, role, expect):
     assert rolling.health_url_of_unit(text, role) == expect
+
+
+def test_worker_api_key_reaches_the_worker_through_its_environment_file_only():
+    plain = units.worker_units([DECODE], PLACEMENT, PROFILE, "decode", SETTINGS)[0]
+    keyed = units.worker_units([DECODE], PLACEMENT, PROFILE, "decode", dict(SETTINGS, worker_api_key_set=True))[0]
+    assert "SGLANG_WORKER_API_KEY" not in plain["secret_env"] and "-m" in plain["exec"]
+    assert keyed["secret_env"]["SGLANG_WORKER_API_KEY"] == "sglang_worker_api_key"
+    # numactl prefix kept; python -c LAUNCHER puts --api-key into argv inside the process.
+    assert keyed["exec"][:3] == plain["exec"][:3]
+    assert keyed["exec"][4] == "-c" and "'--api-key', 'SGLANG_WORKER_API_KEY'" in keyed["exec"][5]
+    assert keyed["lines"] == plain["lines"]  # never on the command line
