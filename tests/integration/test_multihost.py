@@ -283,11 +283,9 @@ def test_worker_on_another_host_refuses_a_request_without_the_key(cluster, capsy
                 "-e", f"@{secrets_file}", "--vault-password-file", str(password)], timeout=1500)  # fmt: skip
     assert key not in proc.stdout
     decode = cluster["layout"]["decode"][0]
-    body = shlex.quote(json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 2}}))
-    direct = (
-        f"curl -s -o /dev/null -w '%{{http_code}}' --noproxy '*' -m 10 -H 'Content-Type: application/json' -d {body}"
-    )
-    url = f"http://{decode['address']}:30001/generate"
+    # /v1/models needs the key on a worker that has one (sglang leaves only /health* and /metrics open).
+    direct = "curl -s -o /dev/null -w '%{http_code}' --noproxy '*' -m 10"
+    url = f"http://{decode['address']}:30001/v1/models"
     without = on(router(cluster), f"{direct} {url}")
     wrong = on(router(cluster), f"{direct} -H 'Authorization: Bearer nope' {url}")
     with_key = on(router(cluster), f"{direct} -H 'Authorization: Bearer {key}' {url}")
