@@ -35,6 +35,11 @@ def rolling_left(batches, done):
     return rolling.rolling_left(list(batches), list(done))
 
 
+def env_file_value(text):
+    """The value of one NAME="VALUE" line of an environment file as sglang.env.j2 writes it (quotes, \\ escapes)."""
+    return rolling.env_file_value(text)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -43,5 +48,6 @@ class FilterModule:
             "rolling_plan": rolling_plan,
             "role_totals": role_totals,
             "rolling_left": rolling_left,
+            "env_file_value": env_file_value,
             "health_url_of_unit": health_url_of_unit,
         }

@@ -54,6 +54,14 @@ def rolling_left(batches, done):
     return [u for batch in batches for u in batch if f"{u['unit']}@{u.get('host')}" not in done and u.get("previous")]
 
 
+def env_file_value(text):
+    """'"a\\"b"' -> 'a"b': undo the quoting of roles/sglang_internal/templates/sglang.env.j2 (\\ " ` $ escaped)."""
+    text = str(text or "")
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        text = text[1:-1]
+    return re.sub(r"\\(.)", r"\1", text)
+
+
 _FLAG = re.compile(r"(?:^|\s)--(host|port)\s+(\"[^\"]*\"|\S+)")
 _WORKERS = re.compile(r"(?:^|\s)--(?:prefill|decode)\s")
 

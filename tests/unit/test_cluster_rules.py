@@ -164,3 +164,11 @@ def test_worker_api_key_reaches_the_worker_through_its_environment_file_only():
     assert keyed["exec"][:3] == plain["exec"][:3]
     assert keyed["exec"][4] == "-c" and "'--api-key', 'SGLANG_WORKER_API_KEY'" in keyed["exec"][5]
     assert keyed["lines"] == plain["lines"]  # never on the command line
+
+
+@pytest.mark.parametrize(
+    ("line", "value"),
+    [('"abc"', "abc"), ('"a\\"b\\\\c\\$d\\`e"', 'a"b\\c$d`e'), ('"-lead"', "-lead"), ("", "")],
+)
+def test_env_file_value_undoes_the_env_template_quoting(line, value):
+    assert rolling.env_file_value(line) == value
