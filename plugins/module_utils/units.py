@@ -217,6 +217,13 @@ def worker_units(instances, placement, profile, role, settings):
         env.update(sf.worker_env(profile, role, instance, settings))
         unit = f"{settings.get('unit_prefix', 'sglang-')}{name}"
         advertise = settings.get("advertise_address") or _local(settings.get("host"))
+        secret_env = {"HF_TOKEN": "sglang_hf_token"} if settings.get("hf_token_set") else {}
+        env_flags = {}
+        if settings.get("worker_api_key_set"):
+            # sglang's --api-key is a secret: from the environment file into argv inside the process.
+            secret_env["SGLANG_WORKER_API_KEY"] = "sglang_worker_api_key"
+            env_flags["--api-key"] = "SGLANG_WORKER_API_KEY"
+        python = f"{settings['venv']}/bin/python"
         spec = {
             "unit": unit,
             "name": name,
@@ -226,11 +233,11 @@ def worker_units(instances, placement, profile, role, settings):
             "after": ["network-online.target", "nvidia-persistenced.service"],
             "python": f"{settings['venv']}/bin/python",
             "module": settings["server_module"],
-            "exec": [*binding, f"{settings['venv']}/bin/python", "-m", settings["server_module"]],
+            "exec": secret_launcher([*binding, python, "-m", settings["server_module"]], env_flags),
             "lines": lines,
             "flags": flags,
             "env": env,
-            "secret_env": {"HF_TOKEN": "sglang_hf_token"} if settings.get("hf_token_set") else {},
+            "secret_env": secret_env,
             "port": instance["port"],
             "bootstrap_port": instance.get("bootstrap_port") if role == "prefill" else None,
             "url": f"http://{advertise}:{instance['port']}",

@@ -1,6 +1,7 @@
 """python -m tests.sandbox: throwaway GPU-box hosts (systemd-nspawn) for tests and the demo.
 
-  up --name NAME [--hosts N] [--topology T]   boot NAME-1..N (no-op for hosts already up)
+  up --name NAME [--hosts N] [--topology T[,T2...]]   boot NAME-1..N (no-op for hosts already up); a comma
+                                               list gives host i the i-th topology (the last repeats)
   down --name NAME | --all                     remove hosts and everything they left
   status [--name NAME] [--json]                hosts, addresses, systemd state
   list                                         sandboxes of this checkout
@@ -23,15 +24,17 @@ from . import fakegpu, nspawn, wheelhouse
 def cmd_up(args: argparse.Namespace) -> int:
     if args.wheelhouse:
         wheelhouse.ensure()
-    hosts = nspawn.up(args.name, args.hosts, args.topology)
+    hosts = nspawn.up(args.name, args.hosts, args.topology.split(","))
     sdir = nspawn.state_dir(args.name)
     rel = os.path.relpath(sdir)
     if args.json:
         print((sdir / "hosts.json").read_text(), end="")
         return 0
-    print(f"sandbox {args.name}: {len(hosts)} host(s), topology {hosts[0]['topology']}")
+    print(f"sandbox {args.name}: {len(hosts)} host(s)")
     for host in hosts:
-        print(f"  {host['name']:<20} {host['address']:<15} ssh -F {rel}/ssh_config {host['name']}")
+        print(
+            f"  {host['name']:<20} {host['address']:<15} {host['topology']:<16} ssh -F {rel}/ssh_config {host['name']}"
+        )
     print(f"ansible:  ansible -i {rel}/inventory.yml all -m ping")
     print(f"hosts:    {rel}/hosts.json")
     print(f"down:     python -m tests.sandbox down --name {args.name}")
@@ -89,7 +92,12 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("up", help="boot NAME-1..N (idempotent)")
     p.add_argument("--name", required=True)
     p.add_argument("--hosts", type=int, default=1)
-    p.add_argument("--topology", default=fakegpu.DEFAULT_TOPOLOGY, choices=fakegpu.topology_names())
+    p.add_argument(
+        "--topology",
+        default=fakegpu.DEFAULT_TOPOLOGY,
+        help="topology fixture of every host, or a comma list, one per host (the last repeats); known: "
+        + ", ".join(fakegpu.topology_names()),
+    )
     p.add_argument(
         "--no-wheelhouse",
         dest="wheelhouse",
@@ -122,6 +130,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if getattr(args, "name", None) and not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,40}", args.name):
         print("sandbox: --name must be lowercase letters, digits and '-' (it becomes host names)", file=sys.stderr)
+        return 2
+    if args.command == "up" and set(args.topology.split(",")) - set(fakegpu.topology_names()):
+        print(
+            f"sandbox: --topology: unknown {args.topology}; known: {', '.join(fakegpu.topology_names())}",
+            file=sys.stderr,
+        )
         return 2
     if args.command == "up" and not 1 <= args.hosts <= 64:
         print("sandbox: --hosts must be 1..64", file=sys.stderr)

@@ -564,8 +564,13 @@ def write_access_files(name: str, hosts: list[dict]) -> None:
     (sdir / "inventory.yml").write_text("".join(inv))
 
 
-def up(name: str, count: int, topology: str) -> list[dict]:
-    """Boot NAME-1..count (the ones not already running); return all hosts of the sandbox."""
+def up(name: str, count: int, topology: str | list[str]) -> list[dict]:
+    """Boot NAME-1..count (the ones not already running); return all hosts of the sandbox.
+
+    topology: one fixture name for every host, or a list: host i gets the i-th (the last one repeats), so a
+    multi-host sandbox can mix a GPU-less router host and worker hosts of different GPU boxes.
+    """
+    topologies = [topology] if isinstance(topology, str) else list(topology)
     started = time.monotonic()
     base = ensure_rootfs()
     WHEELHOUSE.mkdir(parents=True, exist_ok=True)
@@ -578,6 +583,7 @@ def up(name: str, count: int, topology: str) -> list[dict]:
     with locked("network"):
         for index, hname in enumerate(wanted, start=1):
             old = existing.get(hname)
+            topology = topologies[min(index, len(topologies)) - 1]
             if old and host_running(old):
                 if old["topology"] != topology:
                     log(

@@ -1,0 +1,53 @@
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Filters of a deployment over several hosts. Logic: plugins/module_utils/cluster_rules.py, rolling.py."""
+
+from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, rolling
+
+
+def worker_api_key_problems(worker_key, router_key):
+    """Messages when the workers' API key cannot work with the router's (see cluster_rules)."""
+    return cluster_rules.worker_api_key_problems(worker_key, router_key)
+
+
+def connect_targets(worker_specs):
+    """[{unit, host, address, port}] that the router dials, from the worker specs."""
+    return cluster_rules.connect_targets(list(worker_specs))
+
+
+def rolling_plan(changed, inputs):
+    """The restart batches of the changed worker units (see rolling.rolling_plan)."""
+    return rolling.rolling_plan(list(changed), inputs)
+
+
+def role_totals(worker_specs):
+    """{role: instances in the deployment}."""
+    return rolling.role_totals(list(worker_specs))
+
+
+def health_url_of_unit(text, role):
+    """{url, expected_workers} that a rendered unit file serves (see rolling.health_url_of_unit)."""
+    return rolling.health_url_of_unit(text, role)
+
+
+def rolling_left(batches, done):
+    """The units of the batches a failed rolling restart left alone (see rolling.rolling_left)."""
+    return rolling.rolling_left(list(batches), list(done))
+
+
+def env_file_value(text):
+    """The value of one NAME="VALUE" line of an environment file as sglang.env.j2 writes it (quotes, \\ escapes)."""
+    return rolling.env_file_value(text)
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "worker_api_key_problems": worker_api_key_problems,
+            "connect_targets": connect_targets,
+            "rolling_plan": rolling_plan,
+            "role_totals": role_totals,
+            "rolling_left": rolling_left,
+            "env_file_value": env_file_value,
+            "health_url_of_unit": health_url_of_unit,
+        }

@@ -1,0 +1,92 @@
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Rolling restarts of changed worker units, so the other instances of a role keep serving.
+
+units.yml decides per host which changed units wait for the rolling step (`deferred`): a unit that ran before
+this run, of a role with more than one instance in the deployment, while the router serves. rolling.yml then
+restarts them batch by batch through the router's worker API (sglang-router 0.3.2: DELETE /workers/{id},
+POST /workers {url, worker_type, bootstrap_port, api_key}):
+
+    take the batch out of the router -> restart (SIGTERM: sglang drains its in-flight requests, then exits)
+    -> healthy at its health URL -> back into the router, healthy there -> next batch
+
+A batch that does not become healthy is rolled back instance by instance (previous unit file) and put back
+into the router; the remaining batches are left alone and the run fails.
+"""
+
+import re
+
+ROLE_ORDER = {"prefill": 0, "decode": 1}
+
+
+def defer(unit, role_totals, router_serving, batch):
+    """Whether a changed unit (a spec with `existed`) waits for the rolling step instead of restarting now."""
+    return bool(unit.get("existed") and router_serving and int(batch or 0) > 0 and role_totals.get(unit["role"], 0) > 1)
+
+
+def role_totals(worker_specs):
+    """{role: number of instances in the whole deployment}."""
+    totals = {}
+    for spec in worker_specs:
+        totals[spec["role"]] = totals.get(spec["role"], 0) + 1
+    return totals
+
+
+def rolling_plan(changed, inputs):
+    """Batches of the deferred units: [[unit, ...], ...], one role per batch, prefill first.
+
+    changed: the deferred units of every host ({unit, role, host, url, bootstrap_port, health_url, previous}).
+    inputs:  {batch: sglang_rolling_batch, totals: role_totals of the deployment}.
+    A batch never takes every instance of a role out: it holds at most total - 1 of them.
+    """
+    batch = max(1, int(inputs.get("batch") or 1))
+    totals = inputs.get("totals") or {}
+    batches = []
+    for role in sorted({u["role"] for u in changed}, key=lambda r: ROLE_ORDER.get(r, 9)):
+        units = sorted((u for u in changed if u["role"] == role), key=lambda u: (str(u.get("host")), u["unit"]))
+        size = max(1, min(batch, totals.get(role, len(units)) - 1))
+        batches += [units[i : i + size] for i in range(0, len(units), size)]
+    return batches
+
+
+def rolling_left(batches, done):
+    """The units of the batches not restarted (not in done, "unit@host"), that have a previous unit file."""
+    return [u for batch in batches for u in batch if f"{u['unit']}@{u.get('host')}" not in done and u.get("previous")]
+
+
+def env_file_value(text):
+    """'"a\\"b"' -> 'a"b': undo the quoting of roles/sglang/templates/sglang.env.j2 (\\ " ` $ escaped)."""
+    text = str(text or "")
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        text = text[1:-1]
+    return re.sub(r"\\(.)", r"\1", text)
+
+
+_FLAG = re.compile(r"(?:^|\s)--(host|port)\s+(\"[^\"]*\"|\S+)")
+_WORKERS = re.compile(r"(?:^|\s)--(?:prefill|decode)\s")
+
+
+def health_url_of_unit(text, role):
+    """The health URL a rendered unit file of ROLE serves, read from its ExecStart lines.
+
+    The rollback waits for the restored (previous) configuration at its own URL, which may differ from the
+    planned one when the change moved a port. Returns {url, expected_workers} (expected_workers only for the
+    router), or None when the file has no --port.
+    """
+    exec_lines, inside = [], False
+    for line in (text or "").splitlines():
+        if line.startswith("ExecStart="):
+            inside = True
+        if inside:
+            exec_lines.append(line)
+            if not line.rstrip().endswith("\\"):
+                inside = False
+    flags = dict((m.group(1), m.group(2).strip('"')) for m in _FLAG.finditer(" ".join(exec_lines)))
+    if "port" not in flags:
+        return None
+    host = flags.get("host") or "127.0.0.1"
+    host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    if role == "router":
+        workers = len(_WORKERS.findall(" ".join(exec_lines)))
+        return {"url": f"http://{host}:{flags['port']}/readiness", "expected_workers": workers}
+    return {"url": f"http://{host}:{flags['port']}/health"}

@@ -1,0 +1,97 @@
+#!/usr/bin/python
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Check from this host that addresses can be bound here, and that TCP targets answer (open or refused)."""
+
+DOCUMENTATION = r"""
+---
+module: address_check
+short_description: Check advertise addresses and reachability of worker ports before anything changes
+version_added: "0.1.0"
+description:
+  - With O(bind), checks that each address is one of this host's own (a listener can bind it): workers on a
+    host other than the router's bind to their advertise address.
+  - With O(connect), opens a TCP connection to each target. A connection or a refusal means the host answered
+    (on a first run nothing listens yet); a timeout, no route or an unresolvable name is a problem.
+  - Changes nothing; the result lists each outcome and C(problems), one message per bad address or target,
+    naming the variable to fix.
+options:
+  bind:
+    description: Addresses that must be addresses of this host.
+    type: list
+    elements: str
+    default: []
+  connect:
+    description: "Targets: C({unit, host, address, port}) (the host and unit only name the target in messages)."
+    type: list
+    elements: dict
+    default: []
+  name:
+    description: The inventory name of this host, for the messages.
+    type: str
+    default: this host
+  timeout:
+    description: Seconds a TCP connect may take before it counts as a timeout.
+    type: float
+    default: 3
+author:
+  - disagg.sglang maintainers
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Check that the router host reaches every worker port
+  disagg.sglang.address_check:
+    connect:
+      - {unit: sglang-decode0, host: decode-01, address: 10.0.1.21, port: 30001}
+  register: reach
+  failed_when: reach.problems | length > 0
+"""
+
+RETURN = r"""
+bind:
+  description: "Address -> C(ok) or why it cannot be bound here."
+  returned: always
+  type: dict
+connect:
+  description: The targets with their C(outcome) (open, refused, timeout, unreachable, unresolved).
+  returned: always
+  type: list
+  elements: dict
+problems:
+  description: One message per address or target that is not fine.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "bind": {"type": "list", "elements": "str", "default": []},
+            "connect": {"type": "list", "elements": "dict", "default": []},
+            "name": {"type": "str", "default": "this host"},
+            "timeout": {"type": "float", "default": 3.0},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    bind = {address: cluster_rules.bind_outcome(address) for address in p["bind"]}
+    connect = [
+        dict(t, outcome=cluster_rules.connect_outcome(t["address"], t["port"], p["timeout"])) for t in p["connect"]
+    ]
+    problems = cluster_rules.bind_problems(p["name"], bind)
+    problems += cluster_rules.connect_problems(p["name"], connect)
+    module.exit_json(changed=False, bind=bind, connect=connect, problems=problems)
+
+
+if __name__ == "__main__":
+    main()

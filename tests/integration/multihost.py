@@ -1,0 +1,85 @@
+"""The multi-host sandbox scenario: hosts, topologies and the inventory a user would write for them.
+
+Four sandbox hosts, each its own machine with its own GPU box (tests/sandbox/topologies):
+
+    NAME-1  cpu-only        router                        (no GPU, only sglang-router installed)
+    NAME-2  rtxpro6000-8x   prefill0 (GPUs 0-3, node 0), prefill1 (GPUs 4-7, node 1)
+    NAME-3  rtxpro6000-8x   decode0
+    NAME-4  rtxpro6000-4x   decode1  (another GPU box: one socket, four GPUs)
+
+The inventory is laid out as inventories/multihost-example (hosts.yml with ansible_host and
+sglang_advertise_address per host, group_vars per group) and reuses its group_vars files: all.yml and
+prefill.yml and router.yml as they are, the sandbox's stand-ins (inventories/sandbox/group_vars/all.yml)
+after them, and one decode instance per decode host in host_vars (the 4-GPU box holds one TP4 instance).
+Used by tests/integration/test_multihost*.py and scripts/bench_converge.py.
+"""
+
+import json
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "inventories" / "multihost-example" / "group_vars"
+SANDBOX_VARS = REPO / "inventories" / "sandbox" / "group_vars"
+TOPOLOGIES = ["cpu-only", "rtxpro6000-8x", "rtxpro6000-8x", "rtxpro6000-4x"]
+ROLES = {1: "router", 2: "prefill", 3: "decode", 4: "decode"}
+DECODE_INSTANCES = {
+    3: {"name": "decode0", "tp": 4, "port": 30001, "dist_init_port": 30435},
+    4: {"name": "decode1", "tp": 4, "port": 30011, "dist_init_port": 30445},
+}
+# Settings of the test run (not of the example): quick restarts, and a little simulated decode time so the
+# rolling and fault loads have requests in flight.
+TEST_VARS = {
+    "sglang_restart_sec": 1,
+    "sglang_prefill_extra_env": {"SGLANG_SIM_TOKEN_LATENCY": "0.005"},
+    "sglang_decode_extra_env": {"SGLANG_SIM_TOKEN_LATENCY": "0.005"},
+}
+
+
+def hosts_json(name):
+    return json.loads((REPO / ".cache" / "sandbox" / name / "hosts.json").read_text())
+
+
+def sandbox_up_command(name):
+    return ["-m", "tests.sandbox", "up", "--name", name, "--hosts", str(len(TOPOLOGIES)),
+            "--topology", ",".join(TOPOLOGIES)]  # fmt: skip
+
+
+def write_inventory(directory, name, extra_vars=None):
+    """The multi-host inventory of sandbox NAME in DIRECTORY; returns {role: [host]} and the addresses."""
+    directory = Path(directory)
+    (directory / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+    (directory / "host_vars").mkdir(exist_ok=True)
+    hosts = {h["index"] if "index" in h else i: h for i, h in enumerate(hosts_json(name), start=1)}
+    children = {"prefill": {"hosts": {}}, "decode": {"hosts": {}}, "router": {"hosts": {}}}
+    layout = {}
+    for index, role in ROLES.items():
+        host = hosts[index]
+        entry = {"ansible_host": host["address"]}
+        if role != "router":
+            entry["sglang_advertise_address"] = host["address"]
+        children[role]["hosts"][host["name"]] = entry
+        layout.setdefault(role, []).append({"name": host["name"], "address": host["address"]})
+        if index in DECODE_INSTANCES:
+            (directory / "host_vars" / f"{host['name']}.yml").write_text(
+                yaml.safe_dump({"sglang_decode_instances": [DECODE_INSTANCES[index]]})
+            )
+    inventory = {
+        "all": {
+            "vars": {
+                "ansible_connection": "ssh",
+                "ansible_user": "root",
+                "ansible_ssh_common_args": f"-F {REPO / '.cache' / 'sandbox' / name / 'ssh_config'}",
+            },
+            "children": children,
+        }
+    }
+    (directory / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
+    # group_vars/all/: the example's, then the sandbox's stand-ins over it, then the test's settings.
+    (directory / "group_vars" / "all" / "10-example.yml").symlink_to(EXAMPLE / "all.yml")
+    (directory / "group_vars" / "all" / "20-sandbox.yml").symlink_to(SANDBOX_VARS / "all.yml")
+    (directory / "group_vars" / "all" / "30-test.yml").write_text(yaml.safe_dump({**TEST_VARS, **(extra_vars or {})}))
+    for group in ("prefill", "decode", "router"):
+        (directory / "group_vars" / f"{group}.yml").symlink_to(EXAMPLE / f"{group}.yml")
+    return layout

@@ -1,0 +1,305 @@
+"""Multi-host PD on four sandbox hosts, converged by site.yml through an inventory shaped like
+inventories/multihost-example (see multihost.py): a GPU-less router host, a prefill host with two TP4 instances
+(one per NUMA node), and two decode hosts with different GPU boxes.
+
+The tests ask the services what happened: the router's worker list, the simulator's request log
+(/sim/requests) on every worker, and the prefill bootstrap server's handoff state of each room.
+"""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import time
+
+import pytest
+from multihost import sandbox_up_command, write_inventory
+from sandbox_hosts import REPO, VENV_BIN, down, run, ssh_config
+
+SANDBOX = os.environ.get("DISAGG_MULTIHOST_SANDBOX", "clm")  # hosts clm-1..4
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandbox hosts need root")
+REQUESTS = 24
+LOAD = REPO / "tests" / "sandbox" / "load.py"
+GUEST_LOAD = "/root/load.py"
+# DISAGG_MULTIHOST_REUSE=1 (development only): take the hosts as they are, converged by an earlier run.
+REUSE = bool(os.environ.get("DISAGG_MULTIHOST_REUSE"))
+
+
+def recap(stdout):
+    """{host: {ok, changed, failed, ...}} from a playbook's PLAY RECAP."""
+    hosts = {}
+    for line in stdout.split("PLAY RECAP", 1)[-1].splitlines():
+        if ":" in line and "=" in line:
+            host, _, counts = line.partition(":")
+            hosts[host.strip()] = {k: int(v) for k, v in (p.split("=") for p in counts.split())}
+    return hosts
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    run([str(VENV_BIN / "python"), *sandbox_up_command(SANDBOX)])
+    try:
+        inv = tmp_path_factory.mktemp("multihost-inventory")
+        layout = write_inventory(inv, SANDBOX)
+        first = second = None
+        if not REUSE:
+            first = run([str(VENV_BIN / "ansible-playbook"), "-i", str(inv), "site.yml"], timeout=1500)
+            second = run([str(VENV_BIN / "ansible-playbook"), "-i", str(inv), "site.yml"], timeout=1500)
+            print(f"converge {first.seconds:.1f} s, rerun {second.seconds:.1f} s")
+        router_host = layout["router"][0]["name"]
+        run(["scp", "-q", "-F", str(ssh_config(SANDBOX)), str(LOAD), f"{router_host}:{GUEST_LOAD}"])
+        yield {"inventory": inv, "layout": layout, "first": first, "second": second, "vars": {}}
+    finally:
+        if not os.environ.get("DISAGG_MULTIHOST_KEEP"):
+            down(SANDBOX)
+
+
+def on(host, command, timeout=120):
+    proc = run(["ssh", "-F", str(ssh_config(SANDBOX)), "-o", "BatchMode=yes", host, command], timeout=timeout,
+               quiet=True)  # fmt: skip
+    return proc.stdout
+
+
+def get_json(host, url):
+    return json.loads(on(host, f"curl -sf --noproxy '*' -m 10 {shlex.quote(url)}"))
+
+
+def router(cluster):
+    return cluster["layout"]["router"][0]["name"]
+
+
+def test_rerun_changes_nothing(cluster):
+    if REUSE:
+        pytest.fail("DISAGG_MULTIHOST_REUSE: no converge in this session (development mode)")
+    counts = recap(cluster["second"].stdout)
+    assert set(counts) == {h["name"] for hs in cluster["layout"].values() for h in hs}
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
+
+
+def test_router_lists_every_worker_at_its_advertise_address(cluster):
+    workers = get_json(router(cluster), "http://127.0.0.1:8000/workers")["workers"]
+    got = sorted((w["worker_type"], w["url"], w.get("bootstrap_port"), w["is_healthy"]) for w in workers)
+    prefill = cluster["layout"]["prefill"][0]["address"]
+    decodes = [h["address"] for h in cluster["layout"]["decode"]]
+    want = sorted(
+        [
+            ("prefill", f"http://{prefill}:30000", 8998, True),
+            ("prefill", f"http://{prefill}:30010", 9008, True),
+            ("decode", f"http://{decodes[0]}:30001", None, True),
+            ("decode", f"http://{decodes[1]}:30011", None, True),
+        ]
+    )
+    assert got == want
+
+
+def test_requests_reach_every_worker_and_the_handoff_crosses_hosts(cluster):
+    r = router(cluster)
+    body = json.dumps({"text": "The capital of France is", "sampling_params": {"max_new_tokens": 4}})
+    curl = "curl -s -o /dev/null -w '%{http_code}\\n' --noproxy '*' -m 20 -H 'Content-Type: application/json'"
+    loop = f"for i in $(seq {REQUESTS}); do {curl} -d {shlex.quote(body)} http://127.0.0.1:8000/generate; done"
+    codes = on(r, loop, timeout=300).split()
+    assert codes == ["200"] * REQUESTS
+    prefill = cluster["layout"]["prefill"][0]
+    rooms = {}
+    for port in (30000, 30010):
+        log = get_json(r, f"http://{prefill['address']}:{port}/sim/requests")
+        rooms[port] = {e["bootstrap_room"] for e in log if e["path"] == "/generate" and e["status"] == 200}
+        assert rooms[port], f"prefill :{port} got no request through the router"
+    bootstrap = {30000: 8998, 30010: 9008}
+    for decode, port in zip(cluster["layout"]["decode"], (30001, 30011), strict=True):
+        log = get_json(r, f"http://{decode['address']}:{port}/sim/requests")
+        done = {e["bootstrap_room"] for e in log if e["path"] == "/generate" and e["status"] == 200}
+        assert done, f"decode on {decode['name']} got no request through the router"
+        # Each room this decode finished was prefilled on the other host; its KV was handed over there.
+        for room in done:
+            owner = [p for p, seen in rooms.items() if room in seen]
+            assert len(owner) == 1, f"room {room} of {decode['name']} has no prefill on {prefill['name']}"
+            kv = get_json(r, f"http://{prefill['address']}:{bootstrap[owner[0]]}/sim/kv/{room}?wait=0")
+            assert kv["state"] == "transferred", kv
+        # No prefill bootstrap server on the decode host: the handoff could only have crossed hosts.
+        listening = on(decode["name"], "ss -Hltn")
+        assert ":8998 " not in listening and ":9008 " not in listening
+        print(f"{decode['name']}: {len(done)} requests, KV from {prefill['name']}")
+
+
+def report(capsys, line):
+    with capsys.disabled():
+        print(f"\n[multihost] {line}", flush=True)
+
+
+def converge_under_load(cluster, extra_vars, load_args):
+    """Runs site.yml with EXTRA_VARS (added to those of earlier changes); starts the load through the router
+    when the run shows the order of its rolling restart. Returns (playbook output, load JSON, load start)."""
+    cluster["vars"].update(extra_vars)
+    path = cluster["inventory"] / ".." / f"vars-{len(cluster['vars'])}-{time.monotonic_ns()}.json"
+    path.write_text(json.dumps(cluster["vars"]))
+    env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+    play = subprocess.Popen([str(VENV_BIN / "ansible-playbook"), "-i", str(cluster["inventory"]), "site.yml",
+                             "-e", f"@{path.resolve()}"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    lines, loader = [], None
+    for line in play.stdout:
+        lines.append(line)
+        if loader is None and "Show the order of the rolling restart" in line:
+            loader = subprocess.Popen(
+                ["ssh", "-F", str(ssh_config(SANDBOX)), "-o", "BatchMode=yes", router(cluster),
+                 shlex.join(["python3", GUEST_LOAD, "run", *load_args])],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    play.wait(timeout=1500)
+    output = "".join(lines)
+    assert loader is not None, f"the run showed no rolling restart:\n{output[-4000:]}"
+    out, _ = loader.communicate(timeout=400)
+    assert play.returncode == 0, output[-6000:]
+    return output, json.loads(out)
+
+
+def restart_order(output):
+    """["sglang-decode0@clm-3", ...] from the run's "rolling restart, batch i/n: UNIT@HOST, ..." lines."""
+    found = [re.search(r"rolling restart, batch \d+/\d+: ([^'\"]+)", line) for line in output.splitlines()]
+    return [u.strip() for m in found if m for u in m.group(1).split(", ")]
+
+
+def started_at(host, unit):
+    """Epoch seconds at which UNIT's current process started."""
+    out = on(host, f"systemctl show -P ExecMainStartTimestamp --timestamp=unix {unit}.service").strip()
+    return float(out.lstrip("@"))
+
+
+ROLLING_LOAD = ["--requests", "600", "--concurrency", "16", "--rate", "5", "--timeout", "30", "--deadline", "120"]
+
+
+@pytest.mark.parametrize("role", ["decode", "prefill"])
+def test_flag_change_rolls_out_without_a_failed_request(cluster, role, capsys):
+    flags = {"watchdog-timeout": 400 + int(time.time()) % 1000}  # a value this deployment has not had yet
+    router_started = started_at(router(cluster), "sglang-router")
+    output, result = converge_under_load(cluster, {f"sglang_{role}_extra_flags": flags}, ROLLING_LOAD)
+    order = restart_order(output)
+    hosts = {h["name"] for h in cluster["layout"][role]}
+    units = [u.split("@") for u in order]
+    report(capsys, f"{role} flag change: restart order {order}; load {result['ok']}/{result['total']} ok, "
+                   f"errors {result['errors']}, {result['elapsed']:.1f} s")  # fmt: skip
+    assert len(order) == 2 and all(u.startswith(f"sglang-{role}") for u in order)
+    assert {h for _, h in units} == hosts
+    assert started_at(router(cluster), "sglang-router") == router_started, "the router restarted"
+    assert result["total"] >= 300 and result["errors"] == {} and result["ok"] == result["total"]
+    # Every restart happened while the load ran, one after the other in the order shown.
+    t_end = result["t0"] + result["elapsed"]
+    starts = [started_at(host, unit) for unit, host in (u.split("@") for u in order)]
+    assert all(result["t0"] < t < t_end for t in starts), (result["t0"], starts, t_end)
+    assert starts == sorted(starts)
+    for unit, host in (u.split("@") for u in order):
+        assert "--watchdog-timeout" in on(
+            host, f"cat /proc/$(systemctl show -P MainPID {unit}.service)/cmdline | tr '\\0' ' '"
+        )
+
+
+# kill -9 of one of two instances of a role under load through the router: 300 requests, 16 at a time, at most 20
+# starts/s (about 15 s), the kill 3 s in. systemd brings the instance back (RestartSec=1 in this scenario).
+KILL_LOAD = ["--requests", "300", "--concurrency", "16", "--rate", "20", "--timeout", "10", "--deadline", "40"]
+KILL_AFTER = 3.0
+RECOVERED_WITHIN = 5.0  # the target: no request that starts later than this after the kill fails
+
+
+@pytest.mark.parametrize("role", ["decode", "prefill"])
+def test_kill_9_of_one_of_two_under_load(cluster, role, capsys):
+    host = cluster["layout"][role][0]["name"]
+    unit = f"sglang-{role}0"
+    loader = subprocess.Popen(
+        ["ssh", "-F", str(ssh_config(SANDBOX)), "-o", "BatchMode=yes", router(cluster),
+         shlex.join(["python3", GUEST_LOAD, "run", *KILL_LOAD])],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(KILL_AFTER)
+    kill_at = time.time()  # the sandbox hosts share this machine's clock
+    on(host, f"systemctl kill -s KILL {unit}.service")
+    out, _ = loader.communicate(timeout=300)
+    result = json.loads(out)
+    failed = [(start, end, status) for start, end, status in result["timeline"] if status != "200"]
+    since_kill = [round(result["t0"] + start - kill_at, 2) for start, _, _ in failed]
+    late = [s for s in since_kill if s > RECOVERED_WITHIN]
+    last = max(since_kill, default=None)
+    report(
+        capsys,
+        f"kill -9 {unit}@{host} under load: {len(failed)}/{result['total']} failed {result['errors']}; "
+        f"failed requests started {min(since_kill, default=0):.2f}..{last if last is not None else 0:.2f} s after the "
+        f"kill; no failure after {0 if last is None else last:.2f} s",
+    )
+    # The instance is back and the router serves every worker again.
+    ready = json.loads(on(router(cluster), f"python3 {GUEST_LOAD} wait-ready --timeout 120 --probes 3", timeout=200))
+    assert ready["ready"], ready
+    assert late == [], f"requests failed later than {RECOVERED_WITHIN} s after the kill: {late}"
+
+
+def playbook(cluster, extra_vars, *args, check=True):
+    path = cluster["inventory"].parent / f"vars-{time.monotonic_ns()}.json"
+    path.write_text(json.dumps(extra_vars))
+    return run([str(VENV_BIN / "ansible-playbook"), "-i", str(cluster["inventory"]), "site.yml", "-e", f"@{path}",
+                *args], check=check, timeout=1500)  # fmt: skip
+
+
+def through_router(cluster, requests=50, key=None):
+    args = ["python3", GUEST_LOAD, "run", "--requests", str(requests), "--concurrency", "8", "--deadline", "60"]
+    if key:  # load.py sends no key: use curl
+        body = shlex.quote(json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 2}}))
+        curl = "curl -s -o /dev/null -w '%{http_code}\\n' --noproxy '*' -m 20 -H 'Content-Type: application/json'"
+        codes = on(router(cluster), f"for i in $(seq {requests}); do {curl} -H 'Authorization: Bearer {key}' "
+                                    f"-d {body} http://127.0.0.1:8000/generate; done", timeout=300).split()  # fmt: skip
+        return {"total": len(codes), "ok": codes.count("200"), "errors": sorted(set(codes) - {"200"})}
+    return json.loads(on(router(cluster), shlex.join(args), timeout=200))
+
+
+# Issue 11, item 10: a unit change that systemd refuses to start (the ExecStart= binary does not exist) is rolled
+# back like one that starts and stays unhealthy: the previous unit file back, restarted, waited for at its own
+# health URL; the run fails saying the old configuration serves again; no backup unit file is left.
+def test_a_unit_systemd_refuses_to_start_is_rolled_back(cluster, capsys):
+    decodes = cluster["layout"]["decode"]
+    bad = {**cluster["vars"], "sglang_numactl_path": "/opt/fakegpu/bin/no-such-numactl", "sglang_rolling_batch": 0}
+    proc = playbook(cluster, bad, "--tags", "decode", check=False)
+    out = proc.stdout
+    report(capsys, f"refused unit: rc {proc.returncode}, {proc.seconds:.1f} s; "
+                   f"{out.count('the old configuration serves again') // 2} units rolled back")  # fmt: skip
+    assert proc.returncode != 0
+    # One failure message per decode instance (ansible prints each twice: the item, then the recap of failures).
+    for unit in ("sglang-decode0", "sglang-decode1"):
+        assert re.search(
+            rf"{unit} did not become healthy at [^\n]*\n[^\n]*\n[^\n]*the old configuration serves again", out
+        ), out[-5000:]
+    assert "no-such-numactl" in out  # the journal tail of the refused configuration
+    for host in decodes:
+        unit_dir = on(host["name"], "ls /etc/systemd/system")
+        assert "~" not in unit_dir, unit_dir
+        assert "no-such-numactl" not in on(host["name"], "cat /etc/systemd/system/sglang-decode*.service")
+        assert (
+            on(host["name"], "systemctl is-active sglang-decode0 sglang-decode1 || true").split().count("active") == 1
+        )
+    after = through_router(cluster)
+    assert after["ok"] == after["total"] == 50, after
+
+
+def test_worker_on_another_host_refuses_a_request_without_the_key(cluster, capsys, tmp_path):
+    key = "wk-" + os.urandom(8).hex()
+    secrets_file, password = tmp_path / "secrets.yml", tmp_path / "vault-password"
+    password.write_text(os.urandom(16).hex())
+    secrets_file.write_text(f"sglang_router_api_key: {key}\nsglang_worker_api_key: {key}\n")
+    run([str(VENV_BIN / "ansible-vault"), "encrypt", str(secrets_file), "--vault-password-file", str(password)])
+    proc = run([str(VENV_BIN / "ansible-playbook"), "-i", str(cluster["inventory"]), "site.yml",
+                "-e", f"@{secrets_file}", "--vault-password-file", str(password)], timeout=1500)  # fmt: skip
+    assert key not in proc.stdout
+    decode = cluster["layout"]["decode"][0]
+    # /v1/models needs the key on a worker that has one (sglang leaves only /health* and /metrics open).
+    direct = "curl -s -o /dev/null -w '%{http_code}' --noproxy '*' -m 10"
+    url = f"http://{decode['address']}:30001/v1/models"
+    without = on(router(cluster), f"{direct} {url}")
+    wrong = on(router(cluster), f"{direct} -H 'Authorization: Bearer nope' {url}")
+    with_key = on(router(cluster), f"{direct} -H 'Authorization: Bearer {key}' {url}")
+    routed = through_router(cluster, requests=20, key=key)
+    report(capsys, f"worker key: direct without key {without}, wrong key {wrong}, with key {with_key}; "
+                   f"through the router {routed['ok']}/{routed['total']} ok")  # fmt: skip
+    assert (without, wrong, with_key) == ("401", "401", "200")
+    assert routed["ok"] == routed["total"] == 20, routed
+    # The key is in no command line and no unit file on the worker host; the worker binds to its own address.
+    host = decode["name"]
+    assert key not in on(host, "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '; cat /etc/systemd/system/sglang-*")
+    assert f"{decode['address']}:30001" in on(host, "ss -Hltn")
+    assert "0.0.0.0:30001" not in on(host, "ss -Hltn")

@@ -1,0 +1,174 @@
+"""Tables for plugins/module_utils/cluster_rules.py and rolling.py (pure functions, no network)."""
+
+import errno
+import socket
+
+import pytest
+from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, rolling, units
+from test_units import DECODE, PLACEMENT, PROFILE, SETTINGS
+
+
+@pytest.mark.parametrize(
+    ("worker", "router", "expect"),
+    [
+        ("", "", None),
+        ("", "k", None),
+        ("k", "k", None),
+        ("k", "", "sglang_router_api_key is empty"),
+        ("k", "other", "differs from sglang_router_api_key"),
+        (None, None, None),
+    ],
+)
+def test_worker_api_key_problems(worker, router, expect):
+    found = cluster_rules.worker_api_key_problems(worker, router)
+    assert (found == []) if expect is None else (len(found) == 1 and expect in found[0])
+
+
+def _raise(exc):
+    def connect(_addr, _timeout):
+        raise exc
+
+    return connect
+
+
+class _Conn:
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("connect", "outcome"),
+    [
+        (lambda _a, _t: _Conn(), "open"),
+        (_raise(ConnectionRefusedError()), "refused"),
+        (_raise(TimeoutError()), "timeout"),
+        (_raise(TimeoutError()), "timeout"),
+        (_raise(OSError(errno.EHOSTUNREACH, "No route to host")), "unreachable"),
+        (_raise(OSError(errno.ENETUNREACH, "Network is unreachable")), "unreachable"),
+        (_raise(socket.gaierror(-2, "Name or service not known")), "unresolved: Name or service not known"),
+    ],
+)
+def test_connect_outcome(connect, outcome):
+    assert cluster_rules.connect_outcome("10.0.0.1", 30000, 1, connect=connect) == outcome
+
+
+def test_connect_problems_name_the_unit_and_the_fix():
+    outcomes = [
+        {"unit": "sglang-decode0", "host": "d1", "address": "10.0.0.2", "port": 30001, "outcome": "refused"},
+        {"unit": "sglang-decode1", "host": "d2", "address": "10.0.0.3", "port": 30011, "outcome": "timeout"},
+    ]
+    found = cluster_rules.connect_problems("r1", outcomes)
+    assert len(found) == 1
+    assert "sglang-decode1 on d2" in found[0] and "10.0.0.3:30011 (timeout)" in found[0]
+    assert "sglang_advertise_address" in found[0]
+
+
+def test_bind_outcome_on_loopback_and_a_foreign_address():
+    assert cluster_rules.bind_outcome("127.0.0.1") == "ok"
+
+    def no_such_address(_addr):
+        raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
+
+    assert cluster_rules.bind_outcome("127.0.0.1", bind=no_such_address).startswith("not an address of this host")
+    found = cluster_rules.bind_problems("p1", {"10.9.9.9": "not an address of this host (10.9.9.9)", "10.0.0.1": "ok"})
+    assert len(found) == 1 and "sglang_advertise_address 10.9.9.9 of p1" in found[0]
+
+
+def test_connect_targets_from_worker_urls():
+    specs = [{"unit": "sglang-p0", "host": "p1", "url": "http://10.0.0.1:30000"},
+             {"unit": "sglang-d0", "host": "d1", "url": "http://[fd00::2]:30001/"}]  # fmt: skip
+    assert cluster_rules.connect_targets(specs) == [
+        {"unit": "sglang-p0", "host": "p1", "address": "10.0.0.1", "port": 30000},
+        {"unit": "sglang-d0", "host": "d1", "address": "fd00::2", "port": 30001},
+    ]
+
+
+def _u(unit, role, host):
+    return {"unit": unit, "role": role, "host": host, "existed": True, "previous": f"/etc/{unit}~"}
+
+
+@pytest.mark.parametrize(
+    ("unit", "totals", "serving", "batch", "deferred"),
+    [
+        (_u("d0", "decode", "h"), {"decode": 2}, True, 1, True),
+        (_u("d0", "decode", "h"), {"decode": 1}, True, 1, False),  # no redundancy: restarts now
+        (_u("d0", "decode", "h"), {"decode": 2}, False, 1, False),  # router not serving (first run)
+        (_u("d0", "decode", "h"), {"decode": 2}, True, 0, False),  # rolling switched off
+        ({**_u("d0", "decode", "h"), "existed": False}, {"decode": 2}, True, 1, False),  # a new unit
+    ],
+)
+def test_defer(unit, totals, serving, batch, deferred):
+    assert rolling.defer(unit, totals, serving, batch) is deferred
+
+
+@pytest.mark.parametrize(
+    ("batch", "totals", "expect"),
+    [
+        (1, {"prefill": 2, "decode": 2}, [["p0@a"], ["p1@a"], ["d0@b"], ["d1@c"]]),
+        (2, {"prefill": 2, "decode": 2}, [["p0@a"], ["p1@a"], ["d0@b"], ["d1@c"]]),  # never every instance
+        (2, {"prefill": 3, "decode": 3}, [["p0@a", "p1@a"], ["d0@b", "d1@c"]]),
+        (0, {"prefill": 2, "decode": 2}, [["p0@a"], ["p1@a"], ["d0@b"], ["d1@c"]]),
+    ],
+)
+def test_rolling_plan_prefill_first_one_role_per_batch(batch, totals, expect):
+    changed = [_u("d1", "decode", "c"), _u("p1", "prefill", "a"), _u("d0", "decode", "b"), _u("p0", "prefill", "a")]
+    got = rolling.rolling_plan(changed, {"batch": batch, "totals": totals})
+    assert [[f"{u['unit']}@{u['host']}" for u in b] for b in got] == expect
+
+
+def test_rolling_left_after_a_failed_batch():
+    batches = [[_u("d0", "decode", "b")], [_u("d1", "decode", "c")]]
+    assert [u["unit"] for u in rolling.rolling_left(batches, ["d0@b"])] == ["d1"]
+    assert rolling.rolling_left(batches, ["d0@b", "d1@c"]) == []
+
+
+ROUTER_UNIT = """[Service]
+ExecStart=/opt/sglang/venv/bin/python -m sglang_router.launch_router \\
+    --pd-disaggregation \\
+    --prefill http://10.0.0.1:30000 8998 \\
+    --decode http://10.0.0.2:30001 \\
+    --decode http://10.0.0.3:30011 \\
+    --host 0.0.0.0 \\
+    --port 8000
+Restart=on-failure
+"""
+WORKER_UNIT = """[Service]
+Environment=HOME=/var/lib/sglang
+ExecStart=/usr/bin/numactl --cpunodebind=0 /v/bin/python -m sglang.launch_server \\
+    --model-path /m \\
+    --host 10.0.0.2 \\
+    --port 30001
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "role", "expect"),
+    [
+        (ROUTER_UNIT, "router", {"url": "http://127.0.0.1:8000/readiness", "expected_workers": 3}),
+        (WORKER_UNIT, "decode", {"url": "http://10.0.0.2:30001/health"}),
+        (WORKER_UNIT.replace("10.0.0.2", "127.0.0.1").replace("30001", "30002"), "decode",
+         {"url": "http://127.0.0.1:30002/health"}),
+        ("[Service]\nExecStart=/bin/true\n", "decode", None),
+    ],
+)  # fmt: skip
+def test_health_url_of_unit(text, role, expect):
+    assert rolling.health_url_of_unit(text, role) == expect
+
+
+def test_worker_api_key_reaches_the_worker_through_its_environment_file_only():
+    plain = units.worker_units([DECODE], PLACEMENT, PROFILE, "decode", SETTINGS)[0]
+    keyed = units.worker_units([DECODE], PLACEMENT, PROFILE, "decode", dict(SETTINGS, worker_api_key_set=True))[0]
+    assert "SGLANG_WORKER_API_KEY" not in plain["secret_env"] and "-m" in plain["exec"]
+    assert keyed["secret_env"]["SGLANG_WORKER_API_KEY"] == "sglang_worker_api_key"
+    # numactl prefix kept; python -c LAUNCHER puts --api-key into argv inside the process.
+    assert keyed["exec"][:3] == plain["exec"][:3]
+    assert keyed["exec"][4] == "-c" and "'--api-key', 'SGLANG_WORKER_API_KEY'" in keyed["exec"][5]
+    assert keyed["lines"] == plain["lines"]  # never on the command line
+
+
+@pytest.mark.parametrize(
+    ("line", "value"),
+    [('"abc"', "abc"), ('"a\\"b\\\\c\\$d\\`e"', 'a"b\\c$d`e'), ('"-lead"', "-lead"), ("", "")],
+)
+def test_env_file_value_undoes_the_env_template_quoting(line, value):
+    assert rolling.env_file_value(line) == value
