@@ -9,7 +9,7 @@ module: address_check
 short_description: Check advertise addresses and reachability of worker ports before anything changes
 version_added: "0.1.0"
 description:
-  - With O(bind), checks that each address is one of this host's own (a listener can bind it): workers on a
+  - With O(bind), checks that each address is one of this host's own, so a listener can bind it. Workers on a
     host other than the router's bind to their advertise address.
   - With O(connect), opens a TCP connection to each target. A connection or a refusal means the host answered
     (on a first run nothing listens yet); a timeout, no route or an unresolvable name is a problem.
