@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Time the one-host converge against the multi-host converge, on this machine, in one run (not a test).
 
     .venv/bin/python scripts/bench_converge.py [--keep] [--name-1 clb1] [--name-m clbm]

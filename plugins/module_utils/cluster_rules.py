@@ -61,7 +61,7 @@ def bind_outcome(address, bind=None):
         infos = socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         return f"unresolved: {exc.strerror or exc}"
-    family, _, _, _, sockaddr = infos[0]
+    family, _unused, _unused2, _unused3, sockaddr = infos[0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         (bind or sock.bind)((sockaddr[0], 0))
@@ -100,7 +100,7 @@ def connect_targets(worker_specs):
     targets = []
     for spec in worker_specs:
         hostport = str(spec["url"]).split("://", 1)[-1].rstrip("/")
-        address, _, port = hostport.rpartition(":")
+        address, _unused, port = hostport.rpartition(":")
         targets.append({"unit": spec["unit"], "host": spec.get("host"), "address": address.strip("[]"),
                         "port": int(port)})  # fmt: skip
     return targets

@@ -35,11 +35,13 @@ options:
     type: float
     default: 3
 author:
-  - disagg.sglang maintainers
+  - disagg.sglang maintainers (!UNKNOWN)
 attributes:
   check_mode:
+    description: Can run in check mode; it changes nothing in any mode.
     support: full
   diff_mode:
+    description: Nothing to diff.
     support: none
 """
 

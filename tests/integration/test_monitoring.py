@@ -120,7 +120,8 @@ def deployment(tmp_path_factory):
     up(SANDBOX)
     try:
         hosts = json.loads((REPO / ".cache" / "sandbox" / SANDBOX / "hosts.json").read_text())
-        address = next(h["address"] for h in hosts if h["name"] == HOST)
+        address = next((h["address"] for h in hosts if h["name"] == HOST), None)
+        assert address, f"{HOST} is not in the sandbox's hosts"
         host_vars = {
             "sglang_bind_host": "0.0.0.0",
             "sglang_router_host": "0.0.0.0",
@@ -219,7 +220,7 @@ def traffic(deployment):
     wait_until(ready, 120, "router ready again")
     # the breaker of a healthy worker may still be open: retry until one request passes, then a few more
     wait_until(lambda: one("after") == 200, 60, "a request after recovery")
-    for _ in range(4):
+    for _unused in range(4):
         one("more")
     time.sleep(6)  # three scrapes at 2 s
     return statuses

@@ -31,7 +31,7 @@ def recap(stdout):
     hosts = {}
     for line in stdout.split("PLAY RECAP", 1)[-1].splitlines():
         if ":" in line and "=" in line:
-            host, _, counts = line.partition(":")
+            host, _unused, counts = line.partition(":")
             hosts[host.strip()] = {k: int(v) for k, v in (p.split("=") for p in counts.split())}
     return hosts
 
@@ -149,7 +149,7 @@ def converge_under_load(cluster, extra_vars, load_args):
     play.wait(timeout=1500)
     output = "".join(lines)
     assert loader is not None, f"the run showed no rolling restart:\n{output[-4000:]}"
-    out, _ = loader.communicate(timeout=400)
+    out, _unused = loader.communicate(timeout=400)
     assert play.returncode == 0, output[-6000:]
     return output, json.loads(out)
 
@@ -180,7 +180,7 @@ def test_flag_change_rolls_out_without_a_failed_request(cluster, role, capsys):
     report(capsys, f"{role} flag change: restart order {order}; load {result['ok']}/{result['total']} ok, "
                    f"errors {result['errors']}, {result['elapsed']:.1f} s")  # fmt: skip
     assert len(order) == 2 and all(u.startswith(f"sglang-{role}") for u in order)
-    assert {h for _, h in units} == hosts
+    assert {h for _unused, h in units} == hosts
     assert started_at(router(cluster), "sglang-router") == router_started, "the router restarted"
     assert result["total"] >= 300 and result["errors"] == {} and result["ok"] == result["total"]
     # Every restart happened while the load ran, one after the other in the order shown.
@@ -213,10 +213,10 @@ def test_kill_9_of_one_of_two_under_load(cluster, role, capsys):
     time.sleep(KILL_AFTER)
     kill_at = time.time()  # the sandbox hosts share this machine's clock
     on(host, f"systemctl kill -s KILL {unit}.service")
-    out, _ = loader.communicate(timeout=300)
+    out, _unused = loader.communicate(timeout=300)
     result = json.loads(out)
     failed = [(start, end, status) for start, end, status in result["timeline"] if status != "200"]
-    since_kill = [round(result["t0"] + start - kill_at, 2) for start, _, _ in failed]
+    since_kill = [round(result["t0"] + start - kill_at, 2) for start, _unused, _unused2 in failed]
     late = [s for s in since_kill if s > RECOVERED_WITHIN]
     last = max(since_kill, default=None)
     report(

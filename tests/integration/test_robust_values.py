@@ -147,5 +147,5 @@ def test_a_second_run_changes_nothing(deployment):
     recap = [line for line in again.stdout.splitlines() if line.startswith(HOST) and "changed=" in line]
     assert recap and "changed=0" in recap[-1], recap
     assert "The capital of France is ->" in again.stdout
-    for _ in range(3):
+    for _unused in range(3):
         assert request(deployment, API_KEY)["status"] == 200

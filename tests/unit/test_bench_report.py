@@ -29,7 +29,7 @@ def unflatten(flat_step):
     """{concurrency, 'tpot_ms.p50': v, ...} -> a normalized step."""
     step = br.empty_step(flat_step["concurrency"], flat_step.get("requests", 10))
     for key, value in flat_step.items():
-        name, _, pct = key.partition(".")
+        name, _unused, pct = key.partition(".")
         if pct:
             step[name][pct] = value
         else:

@@ -184,7 +184,7 @@ def test_promtool_check_and_unit_tests_of_the_rendered_rules(rendered, tmp_path)
     print(test.stdout)
     assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
     tested = set(re.findall(r"^\s+alertname: (\w+)$", prom.RULES_TEST.read_text(), re.MULTILINE))
-    assert tested == {name for name, _ in prom.rule_alerts(rules)}, "every alert has a promtool test"
+    assert tested == {name for name, _unused in prom.rule_alerts(rules)}, "every alert has a promtool test"
 
 
 def test_promtool_test_catches_a_wrong_threshold(rendered, tmp_path):
@@ -213,9 +213,9 @@ def test_dashboard_is_the_collection_file_and_its_queries_parse(rendered, tmp_pa
             assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
     # promtool parses every query (Grafana's variables as a live query would see them) as a recording rule
     doc = {"groups": [{"name": "dashboard", "rules": [
-        {"record": f"dashboard:q{i}", "expr": prom.live(expr)} for i, (_, _, expr) in enumerate(queries)
+        {"record": f"dashboard:q{i}", "expr": prom.live(expr)} for i, (_unused, _unused2, expr) in enumerate(queries)
     ] + [{"record": f"dashboard:v{i}", "expr": prom.live(q[len("label_values("):].rsplit(",", 1)[0])}
-         for i, (_, q) in enumerate(prom.dashboard_variable_queries(written))]}]}  # fmt: skip
+         for i, (_unused, q) in enumerate(prom.dashboard_variable_queries(written))]}]}  # fmt: skip
     path = tmp_path / "dashboard-rules.yml"
     path.write_text(yaml.safe_dump(doc))
     check = subprocess.run(
@@ -226,7 +226,7 @@ def test_dashboard_is_the_collection_file_and_its_queries_parse(rendered, tmp_pa
 
 def test_fixture_lists_exactly_the_metrics_the_rules_and_dashboard_use(rendered):
     used = prom.metric_names((rendered["out"] / "rules" / "sglang-alerts.yml").read_text())
-    used |= prom.metric_names("\n".join(expr for _, _, expr in prom.dashboard_queries()))
+    used |= prom.metric_names("\n".join(expr for _unused, _unused2, expr in prom.dashboard_queries()))
     listed = set(prom.fixture_names())
     assert used - listed == set(), "used but not listed in dashboard-metrics.txt"
     assert listed - used == set(), "listed but used nowhere"

@@ -355,7 +355,7 @@ def placement_of(unit: dict) -> dict:
 
 
 def flat(step: dict, metric: str):
-    key, _, pct = metric.partition(".")
+    key, _unused, pct = metric.partition(".")
     value = step.get(key)
     if pct:
         value = (value or {}).get(pct) if isinstance(value, dict) else None

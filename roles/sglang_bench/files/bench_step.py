@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """One benchmark step on the client host: the client at one concurrency, the workers' /metrics around it.
 
 Run by roles/sglang_bench/tasks/step.yml with the host's python3 (standard library only):

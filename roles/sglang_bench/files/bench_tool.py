@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Controller side of playbooks/bench.yml (run with the controller's Python, ansible_playbook_python).
 
 bench_tool.py step  RUN_DIR STEP_OUTPUT.json --client C --concurrency N --requests R --index I --total T
@@ -52,7 +51,7 @@ def collection_info(root: Path) -> dict:
     galaxy, manifest = root / "galaxy.yml", root / "MANIFEST.json"
     if galaxy.exists():
         for line in galaxy.read_text().splitlines():
-            key, _, value = line.partition(":")
+            key, _unused, value = line.partition(":")
             if key in ("namespace", "name", "version") and value.strip():
                 info[key] = value.strip().strip("\"'")
         if info.get("namespace"):
