@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: demo test down bootstrap lint
+.PHONY: demo test test-bench down bootstrap lint
 bootstrap:
 	@bash scripts/bootstrap.sh
 
@@ -15,6 +15,9 @@ test: bootstrap
 
 lint: bootstrap
 	@bash scripts/test.sh lint
+
+test-bench: bootstrap
+	@bash scripts/test.sh bench
 
 down: bootstrap
 	@python -m tests.sandbox down --all
