@@ -268,22 +268,6 @@ def kv_contract(spec):
     }
 
 
-def kv_mismatches(contracts):
-    """Messages for each KV_CONTRACT flag on which the given worker contracts disagree (empty: all agree)."""
-    messages = []
-    for key in KV_CONTRACT:
-        seen = {}
-        for contract in contracts:
-            where = f"{contract['unit']}@{contract.get('host', '?')}"
-            seen.setdefault(contract["values"].get(key), []).append(where)
-        if len(seen) > 1:
-            parts = "; ".join(
-                f"{value if value is not None else 'unset'} on {', '.join(units)}" for value, units in seen.items()
-            )
-            messages.append(f"--{key} differs between PD workers: {parts}")
-    return messages
-
-
 def router_unit(prefills, decodes, settings):
     """Spec of the router unit, built from the worker specs (their ``url`` and ``bootstrap_port``).
 
