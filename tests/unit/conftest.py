@@ -33,3 +33,16 @@ def real_python():
         pytest.fail(f"the real sglang parser could not be built: {exc}", pytrace=False)
     print(f"parser venv ready in {seconds:.1f}s: {python}")
     return python
+
+
+@pytest.fixture
+def sims(tmp_path):
+    """Simulators a test starts on loopback (tests/sandbox/pdsim/pdsim_testing.py), all stopped after it."""
+    sys.path.insert(0, str(_TESTS / "sandbox" / "pdsim"))
+    from pdsim_testing import SimPool  # noqa: PLC0415 (only the simulator tests need it)
+
+    pool = SimPool(tmp_path)
+    try:
+        yield pool
+    finally:
+        pool.close()

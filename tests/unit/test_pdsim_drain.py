@@ -12,22 +12,11 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"))
 
-from pdsim_testing import SimPool, http
+from pdsim_testing import http
 
 SLOW = {"SGLANG_SIM_TOKEN_LATENCY": "0.05"}  # 20 tokens: about 1 s in flight
-
-
-@pytest.fixture
-def sims(tmp_path):
-    pool = SimPool(tmp_path)
-    try:
-        yield pool
-    finally:
-        pool.close()
 
 
 def start_request(sim, tokens: int = 20) -> tuple[threading.Thread, dict]:

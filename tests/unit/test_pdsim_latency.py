@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"))
 
-from pdsim_testing import DIRECT, SimPool, http
+from pdsim_testing import DIRECT, http
 from sglang_pd_sim.cli import Knobs, load_knobs
 from sglang_pd_sim.engine import Engine, kv_transfer, prefill_seconds, token_seconds
 
@@ -92,15 +92,6 @@ def test_prefill_queue_first_come_first_served_one_slot():
 
 
 # --- end to end --------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def sims(tmp_path):
-    pool = SimPool(tmp_path)
-    try:
-        yield pool
-    finally:
-        pool.close()
 
 
 def time_to_first_chunk(url: str, body: dict) -> float:

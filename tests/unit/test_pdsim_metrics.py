@@ -16,7 +16,7 @@ import pytest
 PDSIM = Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"
 sys.path.insert(0, str(PDSIM))
 
-from pdsim_testing import SimPool, http  # noqa: E402
+from pdsim_testing import http  # noqa: E402
 from sglang_pd_sim.collector import ALL_ROLES, SimMetrics, series_table  # noqa: E402
 from sglang_pd_sim.promtext import Registry, go_float, parse_exposition  # noqa: E402
 
@@ -108,15 +108,6 @@ def test_dp_rank_label_only_with_data_parallel():
 
 
 # --- a PD pair on loopback ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def sims(tmp_path):
-    pool = SimPool(tmp_path)
-    try:
-        yield pool
-    finally:
-        pool.close()
 
 
 def pd_request(prefill, decode, room: int, text: str, *, max_new_tokens: int = 4, stream: bool = False):
