@@ -49,7 +49,10 @@ def test_normalize(case):
 
 @pytest.mark.parametrize(
     ("client", "name"),
-    [("bench_serving", "aiperf-0.13.0-sandbox-router-c4.json"), ("aiperf", "bench_serving-0.5.23-shape-c8.json")],
+    [
+        ("bench_serving", "aiperf-0.13.0-sandbox-router-c4.json"),
+        ("aiperf", "bench_serving-0.5.23-router-pdsim-c8.jsonl"),
+    ],
 )
 def test_normalize_refuses_the_other_clients_output(client, name):
     with pytest.raises(br.BenchError, match="was the client"):
@@ -170,6 +173,14 @@ def test_bench_serving_command_uses_random_ids_and_keeps_the_key_off_argv():
     assert flag(cmd, "--random-range-ratio") == "1.0"
     assert cmd[cmd.index("--goodput") + 1 : cmd.index("--goodput") + 3] == ["ttft:2000.0", "tpot:100.0"]
     assert "k" not in cmd
+
+
+def test_client_env_is_offline_direct_and_carries_the_key_only_for_bench_serving():
+    environ = {"PATH": "/bin", "https_proxy": "http://proxy:3128", "SGLANG_BENCH_API_KEY": "k"}
+    env = bench_step.client_env(environ, "bench_serving", api_key="k")
+    assert env == {"PATH": "/bin", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OPENAI_API_KEY": "k"}
+    assert "OPENAI_API_KEY" not in bench_step.client_env(environ, "aiperf", api_key="k")  # aiperf: --api-key
+    assert bench_step.client_env({"HF_HUB_OFFLINE": "0"}, "aiperf")["HF_HUB_OFFLINE"] == "0"  # a host's choice wins
 
 
 def write_run(run_dir, meta, steps):

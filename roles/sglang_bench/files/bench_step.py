@@ -75,6 +75,21 @@ def build_command(cfg: dict, outdir: str, api_key: str = "") -> list[str]:
     raise SystemExit(f"unknown client {cfg['client']!r}")
 
 
+def client_env(environ, client: str, api_key: str = "") -> dict:
+    """The client's environment: no proxy (the router is reached directly), no hub lookups, the key."""
+    env = {k: v for k, v in environ.items() if k != "SGLANG_BENCH_API_KEY"}
+    for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        env.pop(var, None)
+    # The tokenizer is a local directory, yet bench_serving 0.5.23 still asks the Hugging Face hub for
+    # the served model name's config; on a host without internet each step then waits about 62 s on
+    # retries (seen on the lent GPU machine, tests/fixtures/bench/README.md). Offline, it does not ask.
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    if api_key and client == "bench_serving":
+        env["OPENAI_API_KEY"] = api_key
+    return env
+
+
 def read_result(client: str, outdir: str):
     if client == "aiperf":
         path = Path(outdir) / "profile_export_aiperf.json"
@@ -119,12 +134,7 @@ def main(argv: list[str]) -> int:
 
     thread = threading.Thread(target=sampler, daemon=True)
     cmd = build_command(cfg, outdir, api_key)
-    env = dict(os.environ)
-    env.pop("SGLANG_BENCH_API_KEY", None)
-    for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
-        env.pop(var, None)  # the router is reached directly
-    if api_key and cfg["client"] == "bench_serving":
-        env["OPENAI_API_KEY"] = api_key
+    env = client_env(os.environ, cfg["client"], api_key)
     started = time.monotonic()
     deadline = float(cfg["deadline"])
     timed_out = False
