@@ -236,6 +236,21 @@ def test_build_writes_report_plots_and_fails_on_regression(tmp_path, capsys):
     shutil.rmtree(tmp_path / "cluster")
 
 
+def test_step_of_a_real_bench_serving_run(tmp_path, capsys):
+    """bench_step.py's printed object from the capture on the lent GPU machine (fixtures README)."""
+    name = "bench_step-bench_serving-c8.json"
+    argv = ["step", str(tmp_path), str(FIXTURES / name), "--client", "bench_serving", "--concurrency", "8",
+            "--requests", "40", "--index", "2", "--total", "3"]  # fmt: skip
+    assert bench_tool.main(argv) == 0
+    line = capsys.readouterr().out
+    assert line.startswith("step 2/3 concurrency 8: 40/40 ok, 0 failed; TTFT p50 70.8 ms, TPOT p50 13.4 ms")
+    step = json.loads((tmp_path / "step-c8.json").read_text())
+    assert step["ttft_ms"]["p99"] == pytest.approx(215.5935754) and step["seconds"] == pytest.approx(26.547)
+    kv = step["server"]["prefill"]["histograms"]["sglang:kv_transfer_speed_gb_s"]
+    assert kv["count"] == 42  # 40 requests and 2 warm-up, each one KV transfer on the prefill side
+    assert step["server"]["decode"]["gauges_max"]["sglang:num_running_reqs"] == 8  # the concurrency
+
+
 def test_step_fails_without_a_result(tmp_path, capsys):
     out = tmp_path / "out.json"
     out.write_text(json.dumps({"rc": -15, "timed_out": True, "raw": None, "output_tail": "killed"}))
