@@ -80,13 +80,16 @@ def client_env(environ, client: str, api_key: str = "") -> dict:
     env = {k: v for k, v in environ.items() if k != "SGLANG_BENCH_API_KEY"}
     for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
         env.pop(var, None)
-    # The tokenizer is a local directory, yet bench_serving 0.5.23 still asks the Hugging Face hub for
-    # the served model name's config; on a host without internet each step then waits about 62 s on
-    # retries (seen on the lent GPU machine, tests/fixtures/bench/README.md). Offline, it does not ask.
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    env.setdefault("TRANSFORMERS_OFFLINE", "1")
-    if api_key and client == "bench_serving":
-        env["OPENAI_API_KEY"] = api_key
+    if client == "bench_serving":
+        # The tokenizer is a local directory, yet bench_serving 0.5.23 still asks the Hugging Face hub for
+        # the served model name's config; on a host without internet each step then waits about 62 s on
+        # retries (seen on the lent GPU machine, tests/fixtures/bench/README.md). Offline, it does not ask.
+        # Not for AIPerf 0.13.0: offline, it looks a local directory up as a hub repo id and fails
+        # (aiperf/common/tokenizer.py, _load_from_hub -> _resolve_local_snapshot); online it loads it.
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        env.setdefault("TRANSFORMERS_OFFLINE", "1")
+        if api_key:
+            env["OPENAI_API_KEY"] = api_key
     return env
 
 
