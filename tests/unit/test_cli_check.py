@@ -27,6 +27,7 @@ from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.disagg.sglang.plugins.module_utils import cli_argparse as ca
 from ansible_collections.disagg.sglang.plugins.module_utils import cli_check as cc
+from ansible_collections.disagg.sglang.plugins.module_utils import cli_help as ch
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.modules import cli_check as cli_check_module
 
@@ -45,7 +46,7 @@ VERSION_COMMAND = ["/opt/sglang/venv/bin/python", "-c", "import importlib.metada
 
 @pytest.fixture(scope="module")
 def specs():
-    return {key: cc.parse_help(text) for key, text in HELP.items()}
+    return {key: ch.parse_help(text) for key, text in HELP.items()}
 
 
 def case_argv(case):
@@ -125,7 +126,7 @@ def test_router_fixture_is_the_installed_router_help(specs):
         check=True,
         env=dict(os.environ, COLUMNS="80"),
     )
-    live = cc.parse_help(proc.stdout)
+    live = ch.parse_help(proc.stdout)
 
     def comparable(spec):  # choices built from sets: their order follows the hash seed
         return [dict(o, args=None, choices=sorted(o["choices"] or [])) for o in spec["options"]]
@@ -149,7 +150,7 @@ def test_router_fixture_is_the_installed_router_help(specs):
     ],
 )
 def test_argparse_args_strings(args, arity):
-    assert cc._arity(args) == arity
+    assert ch._arity(args) == arity
 
 
 def test_python_3_13_invocation_style():
@@ -162,19 +163,19 @@ def test_python_3_13_invocation_style():
         "                        The model.\n"
         "  --mode {a,b}          Deprecated. Use --other.\n"
     )
-    spec = cc.parse_help(text)
+    spec = ch.parse_help(text)
     model = spec["options"][1]
     assert model["strings"] == ["-m", "--model-path"]
     assert model["required"]
     assert spec["options"][2]["deprecated"]
-    result = cc.check_argv(spec, ["-m", "x", "--mode", "c"])
+    result = ch.check_argv(spec, ["-m", "x", "--mode", "c"])
     assert [p["kind"] for p in result["problems"]] == ["choice"]
-    assert cc.check_argv(spec, ["-mx"])["problems"] == []  # a short option with its value attached
+    assert ch.check_argv(spec, ["-mx"])["problems"] == []  # a short option with its value attached
 
 
 def test_not_argparse_help_is_an_error():
     with pytest.raises(cc.CheckError, match="no 'usage:' line"):
-        cc.parse_help("hello\n")
+        ch.parse_help("hello\n")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -184,7 +185,7 @@ def test_not_argparse_help_is_an_error():
 
 @pytest.mark.parametrize("case", CASES["argv_cases"], ids=[case["id"] for case in CASES["argv_cases"]])
 def test_argv_case(case, specs):
-    result = cc.check_argv(specs[case["help"]], case_argv(case))
+    result = ch.check_argv(specs[case["help"]], case_argv(case))
     assert_matches(result["problems"], case["problems"], "problems")
     assert_matches(result["warnings"], case["warnings"], "warnings")
 
@@ -196,7 +197,7 @@ def test_every_shipped_profile_passes_the_help_check(specs):
         profile = yaml.safe_load(path.read_text())
         for role in sf.WORKER_ROLES:
             argv = sf.argv(sf.render_lines(sf.worker_flags(profile, role, INSTANCES[role], SETTINGS)))
-            result = cc.check_argv(specs["sglang"], argv)
+            result = ch.check_argv(specs["sglang"], argv)
             assert result == {"problems": [], "warnings": []}, (path.stem, role)
 
 
@@ -411,7 +412,7 @@ def test_cross_check_with_the_real_parsers(specs, parser_verdicts, capsys):
     report = []
     for name, (real_ok, real_error) in real.items():
         case = cases[name]
-        problems = cc.check_argv(specs[case["help"]], case_argv(case))["problems"]
+        problems = ch.check_argv(specs[case["help"]], case_argv(case))["problems"]
         help_ok = not problems
         agree = help_ok == real_ok
         report.append(
