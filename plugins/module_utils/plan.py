@@ -14,7 +14,7 @@ Apply (units.yml, wait.yml, the router's smoke request) reads these specs and de
 
 import json
 
-from ansible_collections.disagg.sglang.plugins.module_utils import kv_rules, rules, units
+from ansible_collections.disagg.sglang.plugins.module_utils import kv_rules, profile_rules, rules, units
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.module_utils.pd_placement import PlacementError, place
 
@@ -160,7 +160,7 @@ def host_plan(inputs):
     profile_name = inputs.get("profile_name", "?")
     roles = inputs.get("roles") or {}
     if roles:
-        problems += rules.profile_problems(profile, profile_name)
+        problems += profile_rules.profile_problems(profile, profile_name)
     all_instances = []
     for role, role_inputs in roles.items():
         instances = role_inputs.get("instances")
@@ -217,7 +217,7 @@ def host_plan(inputs):
             problems.append(str(exc))
     limits = profile.get("limits") if isinstance(profile, dict) else None
     for spec in specs:
-        problems += rules.flag_value_problems(spec, profile_name, limits)
+        problems += profile_rules.flag_value_problems(spec, profile_name, limits)
         problems += [m for m in kv_rules.transport_env_problems(spec["flags"], spec["env"], spec["role"])
                      if m not in problems]  # fmt: skip
     warnings, p2p = kv_p2p_findings(inputs, specs)
