@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .nspawn import WHEELHOUSE, SandboxError, locked, log
+from .shell import WHEELHOUSE, SandboxError, locked, log
 
 PYTHON_VERSION = "3.11"
 PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)] + [
