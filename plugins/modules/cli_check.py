@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Ansible module disagg.sglang.cli_check (logic in module_utils/cli_check.py and cli_argparse.py)."""
+"""Ansible module disagg.sglang.cli_check (logic in module_utils/cli_check.py, cli_help.py and cli_argparse.py)."""
 
 DOCUMENTATION = r"""
 ---
