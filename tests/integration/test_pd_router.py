@@ -255,11 +255,11 @@ def test_sim_parser_accepts_dsv4_flash_pd_command_lines(argv):
 
 def test_sim_parser_argparse_details():
     args = sim_cli.parse_args(
-        ["--model", MODEL, "--tp", "2", "--context-length", "8K", "--cuda-graph-bs-decode", "1", "2", "4",
+        ["--model", MODEL, "--tp", "2", "--context-length", "8Ki", "--cuda-graph-bs-decode", "1", "2", "4",
          "--no-dllm-fdfo", "--log-requests-level", "3"]
     )  # fmt: skip
     assert args.tp_size == 2  # prefix of --tp-size
-    assert args.context_length == 8192  # human_readable_int: K is binary
+    assert args.context_length == 8192  # human_readable_int: Ki is binary (IEC), as sglang 0.5.23
     assert args.cuda_graph_bs_decode == [1, 2, 4]  # a list flag
     assert args.dllm_fdfo is False  # BooleanOptionalAction
     assert args.log_requests_level == 3  # int choices

@@ -14,6 +14,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
+from decimal import Decimal
 from importlib import resources
 
 from sglang_pd_sim import SGLANG_VERSION, __version__
@@ -49,23 +50,39 @@ GET /sim/config; on a prefill's bootstrap port GET /sim/kv/<room> (the KV handof
 
 
 def human_readable_int(value: str) -> int:
-    """sglang's parser: '8K' -> 8192, '8k' -> 8000, '25.6k' -> 25600, plain integers as is."""
+    """sglang 0.5.23's parser, mirrored exactly (sglang/srt/utils/common.py `human_readable_int`).
+
+    SI suffixes k, M, G, T (10^3..10^12, decimals allowed: '25.6k' -> 25600, truncated toward zero) and
+    IEC suffixes Ki, Mi, Gi, Ti (2^10..2^40, integers only); case-sensitive, so '8K', '8m', '8KI' are
+    refused. Every refusal is an ArgumentTypeError, which argparse reports as
+    "argument --context-length: <message>" with exit status 2.
+    """
     value = value.strip()
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", value)
+
+    si_multiplier = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+    iec_multiplier = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", value)
     if match:
         number, suffix = match.groups()
-        decimal = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-        binary = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-        if suffix in decimal:
-            return int(float(number) * decimal[suffix])
-        try:
-            return int(number) * binary[suffix]
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(
-                f"Decimals are not allowed with binary suffixes like {suffix}. "
-                f"Did you mean to use {number}{suffix.lower()} instead?"
-            ) from exc
-    return int(value)
+        if suffix in iec_multiplier:
+            if "." in number:
+                raise argparse.ArgumentTypeError(
+                    f"Decimals are not allowed with IEC suffixes like '{suffix}'. "
+                    f"Use an integer IEC value such as '{int(Decimal(number))}{suffix}', "
+                    f"or an SI value such as '{number}{suffix[0]}'."
+                )
+            return int(number) * iec_multiplier[suffix]
+        return int(Decimal(number) * si_multiplier[suffix])
+
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(  # noqa: B904 - sglang raises without `from`
+            f"Invalid integer value: '{value}'. "
+            "Use a plain integer, SI suffixes (1k, 1M), or IEC suffixes (1Ki, 1Mi). "
+            "Suffixes are case-sensitive."
+        )
 
 
 def nullable_str(value: str) -> str | None:
