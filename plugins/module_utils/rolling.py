@@ -50,8 +50,14 @@ def rolling_plan(changed, inputs):
 
 
 def rolling_left(batches, done):
-    """The units of the batches not restarted (not in done, "unit@host"), that have a previous unit file."""
-    return [u for batch in batches for u in batch if f"{u['unit']}@{u.get('host')}" not in done and u.get("previous")]
+    """The units of the batches not restarted (not in done, "unit@host"), that have a previous unit or environment
+    file to put back."""
+    return [
+        u
+        for batch in batches
+        for u in batch
+        if f"{u['unit']}@{u.get('host')}" not in done and (u.get("previous") or u.get("previous_env"))
+    ]
 
 
 def env_file_value(text):

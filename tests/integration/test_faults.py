@@ -185,12 +185,28 @@ def unit_sha256(host, unit):
     return on_host(host, f"sha256sum /etc/systemd/system/{unit}.service").stdout.split()[0]
 
 
-def test_a_decode_push_that_fails_rolls_back_and_keeps_serving(host, capsys):
+# Two ways a pushed decode configuration fails: it exits while loading (systemd sees it fail), or it comes up alive
+# but never healthy (sglang's usual failure: /health answers 503 while the process lives and /v1/models answers
+# 200), which the wait only sees by running out of time (sglang_health_timeout, short here). Both are rolled back.
+# Each row: the simulator's failure, and a line of its journal that the run's failure message must carry.
+BROKEN_DECODE = {
+    "exits-at-start-up": ("startup:exit", "SGLANG_SIM_FAIL startup:exit: simulated failure"),
+    "alive-but-unhealthy": ("health:503", "GET /health 503"),
+}
+UNHEALTHY_TIMEOUT = 20  # sglang_health_timeout of the push: how long an alive-but-unhealthy decode is waited for
+
+
+@pytest.mark.parametrize("failure", list(BROKEN_DECODE))
+def test_a_decode_push_that_fails_rolls_back_and_keeps_serving(host, capsys, failure):
     """A config push that breaks decode fails the run with decode's journal; the previous decode is back."""
     unit = "sglang-decode0"
+    fail, journal_line = BROKEN_DECODE[failure]
     wait_ready(host)
     before = unit_sha256(host, unit)
-    broken = {"sglang_decode_extra_env": {"SGLANG_SIM_TOKEN_LATENCY": TOKEN_LATENCY, "SGLANG_SIM_FAIL": "startup:exit"}}
+    broken = {
+        "sglang_decode_extra_env": {"SGLANG_SIM_TOKEN_LATENCY": TOKEN_LATENCY, "SGLANG_SIM_FAIL": fail},
+        "sglang_health_timeout": UNHEALTHY_TIMEOUT,
+    }
     started = time.monotonic()
     push = run(
         [str(VENV_BIN / "ansible-playbook"), "-i", host["inventory"], "site.yml",
@@ -201,9 +217,11 @@ def test_a_decode_push_that_fails_rolls_back_and_keeps_serving(host, capsys):
     try:
         output = push.stdout + push.stderr
         assert push.returncode != 0, f"the push of a broken decode did not fail the run:\n{push.stdout[-4000:]}"
-        assert "SGLANG_SIM_FAIL startup:exit: simulated failure" in output, (
-            f"decode's journal tail is not in the output:\n{push.stdout[-4000:]}"
-        )
+        assert f"{unit} did not become healthy" in output, push.stdout[-4000:]
+        assert "the old configuration serves again" in output, f"no rollback reported:\n{push.stdout[-4000:]}"
+        assert "The router serves it again" in output, f"the run ended before the router took decode again:\n{output}"
+        assert journal_line in output, f"decode's journal tail is not in the output:\n{push.stdout[-4000:]}"
+        assert "~" not in on_host(host, "ls /etc/systemd/system /etc/sglang 2>/dev/null").stdout, "a backup is left"
         after_sha = unit_sha256(host, unit)
         assert after_sha == before, "the previous decode unit file is not back (no rollback)"
         state = unit_state(host, unit)
@@ -216,7 +234,8 @@ def test_a_decode_push_that_fails_rolls_back_and_keeps_serving(host, capsys):
         batch = load(host, *AFTER_LOAD)  # right away: the deployment must serve once the run has returned
         report(
             capsys,
-            f"broken decode push: run failed after {push_s:.1f} s (rc {push.returncode}) with decode's journal; "
+            f"broken decode push ({failure}): run failed after {push_s:.1f} s (rc {push.returncode}) "
+            f"with decode's journal; "
             f"unit file restored (sha256 {after_sha[:12]}), decode active ({state['NRestarts']} restarts); "
             f"batch right after the run: {ok_text(batch)}",
         )

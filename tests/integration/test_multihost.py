@@ -14,7 +14,7 @@ import subprocess
 import time
 
 import pytest
-from multihost import sandbox_up_command, write_inventory
+from multihost import TEST_VARS, sandbox_up_command, write_inventory
 from sandbox_hosts import REPO, VENV_BIN, down, run, ssh_config
 
 SANDBOX = os.environ.get("DISAGG_MULTIHOST_SANDBOX", "clm")  # hosts clm-1..4
@@ -128,12 +128,15 @@ def report(capsys, line):
         print(f"\n[multihost] {line}", flush=True)
 
 
-def converge_under_load(cluster, extra_vars, load_args):
+def converge_under_load(cluster, extra_vars, load_args, *, succeed=True):
     """Runs site.yml with EXTRA_VARS (added to those of earlier changes); starts the load through the router
-    when the run shows the order of its rolling restart. Returns (playbook output, load JSON, load start)."""
-    cluster["vars"].update(extra_vars)
-    path = cluster["inventory"] / ".." / f"vars-{len(cluster['vars'])}-{time.monotonic_ns()}.json"
-    path.write_text(json.dumps(cluster["vars"]))
+    when the run shows the order of its rolling restart. Returns (playbook output, load JSON).
+    succeed=False: the run must fail, and EXTRA_VARS are not kept for the changes after it."""
+    run_vars = {**cluster["vars"], **extra_vars}
+    if succeed:
+        cluster["vars"] = run_vars
+    path = cluster["inventory"] / ".." / f"vars-{len(run_vars)}-{time.monotonic_ns()}.json"
+    path.write_text(json.dumps(run_vars))
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
     play = subprocess.Popen([str(VENV_BIN / "ansible-playbook"), "-i", str(cluster["inventory"]), "site.yml",
                              "-e", f"@{path.resolve()}"], cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -150,7 +153,7 @@ def converge_under_load(cluster, extra_vars, load_args):
     output = "".join(lines)
     assert loader is not None, f"the run showed no rolling restart:\n{output[-4000:]}"
     out, _unused = loader.communicate(timeout=400)
-    assert play.returncode == 0, output[-6000:]
+    assert (play.returncode == 0) is succeed, output[-6000:]
     return output, json.loads(out)
 
 
@@ -192,6 +195,48 @@ def test_flag_change_rolls_out_without_a_failed_request(cluster, role, capsys):
         assert "--watchdog-timeout" in on(
             host, f"cat /proc/$(systemctl show -P MainPID {unit}.service)/cmdline | tr '\\0' ' '"
         )
+
+
+def backups_and_environ(host, unit):
+    """The backup files (~) left in the unit and environment directories, and UNIT's process environment."""
+    return on(host, "ls /etc/systemd/system /etc/sglang | grep '~$' || true").split(), on(
+        host, f"tr '\\0' '\\n' < /proc/$(systemctl show -P MainPID {unit}.service)/environ"
+    )
+
+
+# Issue 19: a decode change whose workers come up alive but never healthy (sglang's usual failure: /health 503 while
+# the process lives) is rolled back in the rolling path: the first batch's instance gets its previous unit back,
+# restarted, healthy, back in the router; the second batch is left alone; the run fails naming the instance and its
+# journal; no request through the router fails meanwhile; the next run with the previous inventory changes nothing.
+UNHEALTHY_TIMEOUT = 20  # sglang_health_timeout of the refused change
+
+
+def test_an_alive_but_unhealthy_decode_change_is_rolled_back_under_load(cluster, capsys):
+    env = {**cluster["vars"].get("sglang_decode_extra_env", TEST_VARS["sglang_decode_extra_env"])}
+    bad = {"sglang_decode_extra_env": {**env, "SGLANG_SIM_FAIL": "health:503"},
+           "sglang_health_timeout": UNHEALTHY_TIMEOUT}  # fmt: skip
+    router_started = started_at(router(cluster), "sglang-router")
+    output, result = converge_under_load(cluster, bad, ROLLING_LOAD, succeed=False)
+    order = restart_order(output)
+    first_unit, first_host = order[0].split("@")
+    workers = get_json(router(cluster), "http://127.0.0.1:8000/workers")["workers"]
+    report(capsys, f"alive-but-unhealthy decode change: restart order {order}; load {result['ok']}/{result['total']}"
+                   f" ok, errors {result['errors']}; router lists {len(workers)} workers, "
+                   f"{sum(w['is_healthy'] for w in workers)} healthy")  # fmt: skip
+    assert f"{first_unit} on {first_host} did not become healthy after its change" in output, output[-5000:]
+    assert "the old configuration serves again" in output, output[-5000:]
+    assert "GET /health 503" in output, "the journal tail of the refused configuration is not in the output"
+    assert len(workers) == 4 and all(w["is_healthy"] for w in workers), workers
+    assert started_at(router(cluster), "sglang-router") == router_started, "the router restarted"
+    for decode in cluster["layout"]["decode"]:
+        for unit in on(decode["name"], "systemctl list-units --plain --no-legend 'sglang-decode*'").split():
+            if unit.endswith(".service"):
+                backups, environ = backups_and_environ(decode["name"], unit[: -len(".service")])
+                assert backups == [] and "SGLANG_SIM_FAIL" not in environ, (decode["name"], unit, backups)
+    assert result["total"] >= 300 and result["errors"] == {} and result["ok"] == result["total"], result["errors"]
+    again = playbook(cluster, cluster["vars"])
+    counts = recap(again.stdout)
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), (counts, again.stdout[-3000:])
 
 
 # kill -9 of one of two instances of a role under load through the router: 300 requests, 16 at a time, at most 20

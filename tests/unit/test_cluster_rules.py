@@ -122,6 +122,19 @@ def test_rolling_left_after_a_failed_batch():
     assert rolling.rolling_left(batches, ["d0@b", "d1@c"]) == []
 
 
+@pytest.mark.parametrize(
+    "previous, previous_env, left",
+    [
+        ("/etc/systemd/system/d1.service.1~", "", True),  # unit file changed
+        ("", "/etc/sglang/d1.env.1~", True),  # only its secrets changed: the environment file goes back
+        ("", "", False),  # nothing to put back
+    ],
+)
+def test_rolling_left_puts_back_a_changed_unit_or_environment_file(previous, previous_env, left):
+    unit = {**_u("d1", "decode", "c"), "previous": previous, "previous_env": previous_env}
+    assert bool(rolling.rolling_left([[unit]], [])) is left
+
+
 ROUTER_UNIT = """[Service]
 ExecStart=/opt/sglang/venv/bin/python -m sglang_router.launch_router \\
     --pd-disaggregation \\
