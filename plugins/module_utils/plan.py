@@ -84,8 +84,10 @@ def settings_problems(inputs):
             "sglang_stop_timeout": s.get("stop_timeout"),
             "sglang_start_limit_burst": s.get("start_limit_burst"),
             "sglang_start_limit_interval": s.get("start_limit_interval"),
+            **({"sglang_rolling_drain_timeout": s["drain_timeout"]} if "drain_timeout" in s else {}),
         }
     )
+    problems += rules.drain_timeout_problems(s.get("drain_timeout"), s.get("stop_timeout"))
     rw_paths = s.get("read_write_paths") if isinstance(s.get("read_write_paths"), list) else []
     model = s.get("model_path")
     more = {k: variables[k] for k in ("sglang_unit_dir", "sglang_deps_wheelhouse") if isinstance(variables.get(k), str)}

@@ -66,3 +66,22 @@ def kv_transfer_report(before, after, simulated=False):
         line = f"KV transfer{label}: no transfer recorded in the prefill workers' metrics"
     line += f"; {failed} failed" if failed else "; none failed"
     return {"transfers": transfers, "gb_s": gb_s, "latency_ms": latency, "failed": failed, "line": line}
+
+
+# The scheduler gauges of sglang 0.5.23 (sglang/srt/observability/metrics_collector.py SchedulerStats) that count a
+# request the worker still holds: running, waiting, and on a PD pair the bootstrap and transfer queues of each role.
+IN_FLIGHT_SERIES = (
+    "sglang:num_running_reqs",
+    "sglang:num_queue_reqs",
+    "sglang:num_prefill_bootstrap_queue_reqs",
+    "sglang:num_prefill_inflight_queue_reqs",
+    "sglang:num_decode_prealloc_queue_reqs",
+    "sglang:num_decode_transfer_queue_reqs",
+)
+
+
+def in_flight(text):
+    """Requests a worker still holds, from its /metrics page: the sum of IN_FLIGHT_SERIES; None when the page has
+    none of them (metrics off, or not an sglang page), so a caller can tell "drained" from "cannot tell"."""
+    found = [value for name, _labels, value in samples(text) if name in IN_FLIGHT_SERIES]
+    return round(sum(found)) if found else None

@@ -150,6 +150,17 @@ def health_wait_problems(timeout, poll):
     ]
 
 
+def drain_timeout_problems(drain, stop):
+    """The rolling drain wait must end before systemd's stop timeout would cut sglang's own SIGTERM drain."""
+    if drain is None or not (_positive_int(drain) and _positive_int(stop)) or int(drain) < int(stop):
+        return []
+    return [
+        f"sglang_rolling_drain_timeout ({drain}) must be below sglang_stop_timeout ({stop}): what is still in flight "
+        "when the drain wait ends finishes in sglang's SIGTERM drain, which systemd cuts at the stop timeout; "
+        "lower the drain timeout or raise sglang_stop_timeout"
+    ]
+
+
 def positive_int_problems(values):
     """values: {variable: value} that must be positive integers (seconds, counts)."""
     return [

@@ -49,3 +49,21 @@ def test_the_line_says_simulated_and_failed():
 def test_samples_skip_comments_and_keep_labels():
     (name, labels, value), *_rest = prom_text.samples(page(1, 2.0, 3.0).split("\n", 2)[2])
     assert name == "sglang:kv_transfer_speed_gb_s_bucket" and labels["le"] == "+Inf" and value == 1.0
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("", None),  # metrics off: cannot tell
+        ("# HELP x\nsome_other_series 3", None),
+        (f"sglang:num_running_reqs{{{LABELS}}} 0\nsglang:num_queue_reqs{{{LABELS}}} 0", 0),
+        (f"sglang:num_running_reqs{{{LABELS}}} 2\nsglang:num_queue_reqs{{{LABELS}}} 1", 3),
+        # a PD worker holds requests in its bootstrap and transfer queues too: not drained yet
+        (f"sglang:num_running_reqs{{{LABELS}}} 0\nsglang:num_decode_transfer_queue_reqs{{{LABELS}}} 4", 4),
+        (f"sglang:num_prefill_inflight_queue_reqs{{{LABELS}}} 1\nsglang:num_prefill_bootstrap_queue_reqs 1", 2),
+        # a series of several label sets (e.g. data-parallel ranks): their sum
+        ('sglang:num_running_reqs{tp_rank="0"} 1\nsglang:num_running_reqs{tp_rank="1"} 1', 2),
+    ],
+)
+def test_in_flight_counts_what_a_worker_still_holds(text, want):
+    assert prom_text.in_flight(text) == want
