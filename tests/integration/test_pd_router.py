@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -375,11 +376,14 @@ def test_decode_fails_request_for_room_prefill_never_saw(pd_launcher, capsys):
     [record] = sim_requests(decode, "/generate")
     assert record["bootstrap_room"] == room and record["status"] == 500
 
-    # the same room, once prefill has seen it, goes through (prefill first, then decode)
-    status, out = http("POST", url(prefill, "/generate"), body)
-    assert status == 200 and out["meta_info"]["completion_tokens"] == 1
-    status, out = http("POST", url(decode, "/generate"), body)
-    assert status == 200 and out["meta_info"]["completion_tokens"] == 4
+    # the same room on both roles at once (as the router sends them) goes through: the prefill waits for the
+    # decode to connect for the room before it computes and sends the KV (sglang's bootstrap queue)
+    with ThreadPoolExecutor(2) as pool:
+        on_prefill = pool.submit(http, "POST", url(prefill, "/generate"), body)
+        status, out = http("POST", url(decode, "/generate"), body)
+        assert status == 200 and out["meta_info"]["completion_tokens"] == 4
+        status, out = on_prefill.result(10)
+        assert status == 200 and out["meta_info"]["completion_tokens"] == 1
     # and a decode whose page size differs from the prefill's refuses the KV
     odd = pd_launcher.sim("decode", "--page-size", "64", env={"SGLANG_SIM_HANDOFF_TIMEOUT": "0.6"})
     wait_sim_healthy(odd)
@@ -427,7 +431,9 @@ def test_sim_failure_injection(pd_launcher):
 @pytest.fixture
 def pd_stack(pd_launcher, capsys):
     pytest.importorskip("sglang_router")
-    prefill = pd_launcher.sim("prefill")
+    # a prefill waits for its decode to connect for the room (sglang's bootstrap queue) up to sglang's own
+    # SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (300 s): short here, for the decode-is-down case
+    prefill = pd_launcher.sim("prefill", env={"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "1"})
     decode = pd_launcher.sim("decode", env={"SGLANG_SIM_HANDOFF_TIMEOUT": "5"})
     wait_sim_healthy(prefill)
     wait_sim_healthy(decode)
@@ -505,7 +511,9 @@ def test_router_answers_502_when_decode_is_down(pd_stack, capsys):
     decode.popen.kill()  # no goodbye: the process is simply gone
     decode.popen.wait(5)
     t0 = time.monotonic()
-    status, body = http("POST", url(router, "/generate"), {"text": "anyone?", "sampling_params": {"max_new_tokens": 2}})
+    status, body = http(
+        "POST", url(router, "/generate"), {"text": "anyone?", "sampling_params": {"max_new_tokens": 2}}, timeout=30
+    )  # the router waits for each attempt's prefill half (its bootstrap timeout)
     took = time.monotonic() - t0
     assert status == 502, body
     assert "decode" in json.dumps(body).lower()

@@ -22,6 +22,20 @@ from sglang_pd_sim.textgen import count_prompt_tokens, fake_tokens, prompt_key
 log = logging.getLogger("sglang_pd_sim")
 
 MAX_TOKENS_CAP = 65536
+# a decode long-polls GET /sim/kv/<room> for at most 1 s at a time (handoff.py): silent longer = gone
+DECODE_ALIVE_S = 2.5
+
+
+def bootstrap_timeout() -> float:
+    """sglang's own SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (sglang/srt/environ.py, EnvInt(300))."""
+    try:
+        return float(os.environ.get("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT") or 300)
+    except ValueError:
+        return 300.0
+
+
+class StrandedKV(Exception):
+    """NIXL: the room's KV is never reclaimed; the request never gets an answer."""
 
 
 class GenerationMixin(HandoffMixin):
@@ -64,9 +78,27 @@ class GenerationMixin(HandoffMixin):
         except (TypeError, ValueError):
             self.error(kind, 400, f"max tokens must be an integer, got {max_tokens!r}")
             return
+        n = self.sample_count(kind, req)
+        host, port = req.get("bootstrap_host"), req.get("bootstrap_port")
         rooms = room if isinstance(room, list) else [room]
+        if n > 1 and st.role in ("prefill", "decode"):
+            # Parallel sampling in PD, as sglang 0.5.23 does it: GenerateReqInput._normalize_bootstrap_params
+            # (sglang/srt/managers/io_struct.py) expands the fields, then TokenizerManager._handle_batch_request
+            # (sglang/srt/managers/tokenizer_manager.py) sends a prefix warmup and every one of the n samples
+            # as copies of obj[0]: all of them carry bootstrap_room[0] (host[0], port[0]); the router's other
+            # rooms are never used. See parallel_samples() for what that does to the transfer.
+            rooms = rooms[:1]
+            host = host[0] if isinstance(host, list) and host else host
+            port = port[0] if isinstance(port, list) and port else port
         if st.role in ("prefill", "decode") and any(as_room(r) is None for r in rooms):
-            self.error(kind, 400, f"Disaggregated request received without bootstrap room id. rid={self._rid}")
+            # sglang/srt/managers/scheduler.py (handle_generate_request): a disaggregated worker refuses a
+            # request without a room (unless the transfer backend is "fake") with prepare_abort(..., 400);
+            # TokenizerManager._handle_abort_finish_reason raises ValueError -> HTTP 400, on both roles.
+            self.error(
+                kind,
+                400,
+                f"Invalid request: Disaggregated request received without bootstrap room id. req.rid={self._rid!r}",
+            )
             return
 
         batch = self.is_batch(kind, prompt)
@@ -81,10 +113,21 @@ class GenerationMixin(HandoffMixin):
                 if st.role == "prefill":
                     for r in rooms:
                         st.kv_seen(as_room(r), self._rid)
+                    try:
+                        self.wait_bootstrapped([as_room(r) for r in rooms])
+                    except HandoffError as exc:
+                        self.handoff_failed(kind, exc, input_tokens, t0, stream)
+                        return
                 with st.engine.prefill(input_tokens, st.stop) as queued:
                     st.metrics.queued(queued)
                 if st.role == "prefill":
-                    self.hand_off([as_room(r) for r in rooms], input_tokens)
+                    try:
+                        self.hand_off([as_room(r) for r in rooms], input_tokens)
+                        if n > 1 and st.role == "prefill":
+                            self.parallel_samples(as_room(rooms[0]), "Bootstrapping")
+                    except HandoffError as exc:
+                        self.handoff_failed(kind, exc, input_tokens, t0, stream)
+                        return
                     max_tokens = min(max_tokens, 1)  # a prefill worker answers after its first token
                 else:
                     held = input_tokens
@@ -92,17 +135,15 @@ class GenerationMixin(HandoffMixin):
                 try:
                     with st.engine.awaiting():
                         for r in rooms:
-                            self.wait_for_kv(req.get("bootstrap_host"), req.get("bootstrap_port"), as_room(r))
+                            self.wait_for_kv(host, port, as_room(r))
+                        if n > 1:
+                            self.parallel_samples(as_room(rooms[0]), "WaitingForInput")
                 except HandoffError as exc:
-                    st.metrics.handoff_failed(exc.phase)
-                    st.metrics.finished(
-                        prompt_tokens=input_tokens, completion_tokens=0, e2e=time.time() - t0, stream=stream
-                    )
-                    self._note = "handoff-failed"
-                    log.warning("%s", exc)
-                    self.error(kind, 500, str(exc))
+                    self.handoff_failed(kind, exc, input_tokens, t0, stream)
                     return
             self.respond(kind, req, prompts, batch, max_tokens=max_tokens, stream=stream, t0=t0, held=held)
+        except StrandedKV:
+            self.close_connection = True  # never answered: the process is stopping
         except ClientGone:
             if not self._finished:  # sglang aborts a request whose client went away, and counts it
                 st.metrics.aborted()
@@ -112,6 +153,85 @@ class GenerationMixin(HandoffMixin):
                 st.inflight -= 1
             self.after_generation()
 
+    def handoff_failed(self, kind: str, exc: HandoffError, input_tokens: int, t0: float, stream: bool) -> None:
+        st = self.state
+        st.metrics.handoff_failed(exc.phase)
+        st.metrics.finished(prompt_tokens=input_tokens, completion_tokens=0, e2e=time.time() - t0, stream=stream)
+        self._note = "handoff-failed"
+        log.warning("%s", exc)
+        self.error(kind, 500, str(exc))
+
+    @staticmethod
+    def sample_count(kind: str, req: dict) -> int:
+        """n (parallel sampling): `n` of an OpenAI request, sampling_params.n of /generate."""
+        if kind == "generate":
+            sp = req.get("sampling_params")
+            n = sp.get("n") if isinstance(sp, dict) else None
+        else:
+            n = req.get("n")
+        try:
+            return max(1, int(n)) if n is not None else 1
+        except (TypeError, ValueError):
+            return 1
+
+    def parallel_samples(self, room: int, phase: str) -> None:
+        """n > 1 in PD: the warmup and every sample share one bootstrap_room, so the samples never get KV.
+
+        sglang 0.5.23 TokenizerManager._handle_batch_request (sglang/srt/managers/tokenizer_manager.py) sends
+        the prefix warmup (max_new_tokens=0) and the n samples with the same bootstrap_room on both roles.
+        The room's one transfer is consumed by the first pairing; the decode's samples then wait in
+        KVPoll.WaitingForInput for a transfer that never comes, the prefill's in KVPoll.Bootstrapping for a
+        decode that already finished with the room, until SGLANG_DISAGGREGATION_WAITING_TIMEOUT /
+        SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (300 s; here SGLANG_SIM_HANDOFF_TIMEOUT) abort them with a
+        KVTransferError: HTTP 500 (upstream: sgl-project/sglang pull requests 26486 and 40297, NIXL decode
+        HTTP 500 for n > 1; not fixed in 0.5.23's tokenizer_manager.py, which reuses objs[i]).
+        """
+        st = self.state
+        timeout = st.knobs.handoff_timeout
+        st.stop.wait(timeout)
+        raise HandoffError(
+            f"KVTransferError(bootstrap_room={room}): Request {self._rid} timed out after {timeout:.1f}s in "
+            f"KVPoll.{phase} (parallel sampling: the warmup and all samples share bootstrap_room {room}, "
+            "as sglang 0.5.23 sends them)",
+            "transfer" if phase == "WaitingForInput" else "bootstrap",
+        )
+
+    def wait_bootstrapped(self, rooms: list[int]) -> None:
+        """Prefill: wait until the decode has connected for every room before computing its KV.
+
+        sglang/srt/disaggregation/prefill.py PrefillBootstrapQueue.pop_bootstrapped: with the default
+        --optimistic-prefill-attempts 0 a request leaves the bootstrap queue (and gets KV pages) only once its
+        sender polls KVPoll.WaitingForInput, i.e. the decode sent its KV indices. Until then it holds no KV;
+        CommonKVSender._check_bootstrap_timeout (sglang/srt/disaggregation/common/conn.py, every backend)
+        fails it after SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT seconds (300; honoured here) in
+        KVPoll.Bootstrapping, and the scheduler answers HTTP 500 (prefill.py handle_bootstrap_failure).
+        """
+        st = self.state
+        timeout = bootstrap_timeout()
+        start = time.time()
+        deadline = time.monotonic() + timeout
+        with st.lock:
+            while True:
+                if all((st.kv.get(r) or {}).get("connected_at") for r in rooms):
+                    return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or st.stop.is_set():
+                    break
+                st.kv_changed.wait(min(remaining, 0.5))
+        room = next(r for r in rooms if not (st.kv.get(r) or {}).get("connected_at"))
+        raise HandoffError(
+            f"KVTransferError(bootstrap_room={room}): Request {room} timed out after {time.time() - start:.1f}s "
+            "in KVPoll.Bootstrapping (no decode connected for this bootstrap_room)",
+            "bootstrap",
+        )
+
+    def decode_alive(self, rooms: list[int]) -> bool:
+        """Has the decode of every room polled recently (its long-poll is at most 1 s)?"""
+        st = self.state
+        now = time.time()
+        with st.lock:
+            return all(now - (st.kv.get(r) or {}).get("polled_at", 0) <= DECODE_ALIVE_S for r in rooms)
+
     def hand_off(self, rooms: list[int], input_tokens: int) -> None:
         """Prefill: move the KV to decode (simulated time and size), then mark the rooms transferred."""
         st = self.state
@@ -119,6 +239,8 @@ class GenerationMixin(HandoffMixin):
             if st.knobs.handoff_drop:
                 st.metrics.handoff_failed("transfer")
                 return
+            if not self.decode_alive(rooms):
+                self.dead_decode(rooms, input_tokens)  # raises, or (nixl) strands the KV until restart
             nbytes, seconds = kv_transfer(st.knobs, input_tokens)
             with st.engine.transfer():
                 if seconds > 0:
@@ -126,8 +248,43 @@ class GenerationMixin(HandoffMixin):
             st.metrics.kv_transfer(nbytes, seconds)
             for room in rooms:
                 st.kv_done(room)
-        finally:
+        except StrandedKV:
+            raise
+        except BaseException:
+            st.engine.release(input_tokens)
+            raise
+        else:
             st.engine.release(input_tokens)  # the prefill's KV leaves its pool once sent
+
+    def dead_decode(self, rooms: list[int], input_tokens: int) -> None:
+        """The decode connected for the room, then went away before the transfer started.
+
+        mooncake (and the other backends): the transfer to the dead session fails, the room is concluded
+        Failed and its KV freed (sglang/srt/disaggregation/mooncake/conn.py transfer_worker: "Decode instance
+        could be dead, remote mooncake session ... is not alive"; prefill.py handle_inflight_transfer_failure
+        releases the KV): HTTP 500.
+        nixl: nothing concludes the room. NixlKVManager.check_status (sglang/srt/disaggregation/nixl/conn.py)
+        answers KVPoll.WaitingForInput for a room without news, `_await_handles` waits without bound while no
+        handle reports an error, and prefill.py process_disagg_prefill_inflight_queue keeps a WaitingForInput /
+        Transferring request (and its KV) with no timeout: the room's tokens stay in the pool (sglang:token_usage,
+        num_used_tokens) and the request stays in flight until the prefill restarts.
+        """
+        st = self.state
+        room = rooms[0]
+        if st.args.disaggregation_transfer_backend == "nixl":
+            with st.lock:
+                for r in rooms:
+                    if r in st.kv:
+                        st.kv[r]["state"] = "stranded"
+            log.warning("bootstrap_room=%s: decode gone before the NIXL transfer; KV held until restart", room)
+            self._note = "kv-stranded"
+            st.stop.wait()  # never concluded: only a restart (the process ending) frees it
+            raise StrandedKV(room)
+        raise HandoffError(
+            f"KVTransferError(bootstrap_room={room}): Failed to send kv chunk of {room}: Decode instance could be "
+            "dead, remote session is not alive",
+            "transfer",
+        )
 
     def after_generation(self) -> None:
         st = self.state

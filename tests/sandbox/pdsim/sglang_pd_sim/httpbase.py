@@ -200,7 +200,7 @@ class BaseHandler(BaseHTTPRequestHandler):
                 wait = float((parse_qs(urlsplit(self.path).query).get("wait") or ["0"])[0])
             except ValueError:
                 wait = 0.0
-            entry = self.state.kv_get(room, wait) if room is not None else None
+            entry = kv_poll(self.state, room, wait) if room is not None else None
             body = {"handoff": self.state.handoff_info()}
             if entry is None:
                 body.update(bootstrap_room=room, state="unknown")
@@ -210,3 +210,32 @@ class BaseHandler(BaseHTTPRequestHandler):
                 self.send_json(200, body)
             return True
         return False
+
+
+def kv_poll(state: SimState, room: int, wait: float) -> dict | None:
+    """The decode's long-poll for a room; it connects for the room as soon as the prefill has seen it."""
+    deadline = time.monotonic() + min(max(wait, 0.0), 10.0)
+    while True:
+        kv_connect(state, room)
+        remaining = deadline - time.monotonic()
+        entry = state.kv_get(room, min(remaining, 0.05))
+        if (entry and entry["state"] == "transferred") or remaining <= 0 or state.stop.is_set():
+            return entry
+
+
+def kv_connect(state: SimState, room: int) -> None:
+    """A decode polled GET /sim/kv/<room>: it has connected for the room and is alive now.
+
+    Mirrors the decode's KVReceiver sending its KV indices to the prefill's bootstrap thread
+    (sglang/srt/disaggregation/common/conn.py CommonKVReceiver.init, nixl/conn.py `_start_bootstrap_thread`),
+    which moves the prefill's room from KVPoll.Bootstrapping to KVPoll.WaitingForInput. The prefill waits
+    for this before it computes and sends the room's KV (generation.py).
+    """
+    now = time.time()
+    with state.lock:
+        entry = state.kv.get(room)
+        if entry is None:
+            return
+        entry.setdefault("connected_at", now)
+        entry["polled_at"] = now
+        state.kv_changed.notify_all()
