@@ -16,6 +16,10 @@ GPU->GPU put: `cuda_ipc/cuda` for zero-copy, `tcp/lo` when it falls back to soft
 The parent prints one line `KVPROBE_RESULT {json}` at the end: the children's results, or the error.
 VRAM is allocated with torch when it imports (as sglang does, so PYTORCH_CUDA_ALLOC_CONF applies),
 else with cupy.
+
+With --mem dram (hosts without a GPU or without a CUDA array library) both buffers are host memory
+(page-aligned anonymous mmap, registered as NIXL "DRAM"), --src/--dst are ignored, and UCX's table is
+the host->host put (its lane is a shared-memory or TCP transport, never the GPU path).
 """
 
 import argparse
@@ -68,6 +72,35 @@ def _alloc(gpu, nbytes, fill):
     return (buf, pattern), int(buf.data.ptr), f"cupy {cupy.__version__}", verify
 
 
+def _alloc_dram(nbytes, fill):
+    """(keep-alive object, address, allocator name, verify()) of nbytes of host memory (anonymous mmap)."""
+    import ctypes  # noqa: PLC0415
+    import mmap  # noqa: PLC0415
+
+    buf = mmap.mmap(-1, nbytes)
+    period = bytes(range(1, 252))  # the VRAM path's pattern: (i % 251) + 1
+    pattern = (period * (nbytes // len(period) + 1))[:nbytes]
+    if fill:
+        buf[:] = pattern
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+
+    def verify():
+        try:
+            import numpy  # noqa: PLC0415
+        except ImportError:
+            numpy = None
+        if numpy is not None:
+            got = numpy.frombuffer(buf, dtype=numpy.uint8)
+            return int((got == numpy.frombuffer(pattern, dtype=numpy.uint8)).sum())
+        chunk, good = 1 << 20, 0
+        for off in range(0, nbytes, chunk):
+            a, b = buf[off : off + chunk], pattern[off : off + chunk]
+            good += len(a) if a == b else sum(x == y for x, y in zip(a, b, strict=True))
+        return good
+
+    return (buf, pattern), addr, "mmap (host memory)", verify
+
+
 def _agent(name):
     from nixl._api import nixl_agent, nixl_agent_config  # noqa: PLC0415
 
@@ -77,19 +110,26 @@ def _agent(name):
     return agent
 
 
-def _child(role, gpu, nbytes, iters, conn):
+def _child(role, gpu, nbytes, iters, conn, *, mem="vram"):
     # GPUs are named by their host index (nvidia-smi's, PCI bus order): a worker's CUDA_VISIBLE_DEVICES,
     # passed along with the rest of its environment, would renumber them.
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     try:
-        keep, ptr, allocator, verify = _alloc(gpu, nbytes, fill=(role == "initiator"))
+        if mem == "dram":
+            gpu, kind = 0, "DRAM"  # NIXL's device id of host memory
+            keep, ptr, allocator, verify = _alloc_dram(nbytes, fill=(role == "initiator"))
+        else:
+            kind = "VRAM"
+            keep, ptr, allocator, verify = _alloc(gpu, nbytes, fill=(role == "initiator"))
         agent = _agent(role)
-        agent.register_memory([(ptr, nbytes, gpu, "")], "VRAM")
-        descs = agent.get_xfer_descs([(ptr, nbytes, gpu)], "VRAM")
+        agent.register_memory([(ptr, nbytes, gpu, "")], kind)
+        descs = agent.get_xfer_descs([(ptr, nbytes, gpu)], kind)
         conn.send({"meta": agent.get_agent_metadata(), "descs": agent.get_serialized_descs(descs)})
         peer = conn.recv()
         remote = agent.add_remote_agent(peer["meta"])
+        if isinstance(remote, bytes):  # nixl 1.5.1 returns the name as bytes; notifications are keyed by str
+            remote = remote.decode()
         if role == "target":
             deadline = time.monotonic() + peer["timeout"]
             notified, writer_done = False, None
@@ -133,7 +173,9 @@ def _child(role, gpu, nbytes, iters, conn):
             if i:
                 times.append(took)
         conn.send({"ok": True, "gpu": gpu, "allocator": allocator, "seconds": times})
-        conn.recv()  # stay alive (buffer registered) until the target has verified
+        while not conn.poll(0.001):  # stay alive (buffer registered) until the target has verified,
+            agent.get_new_notifs()  # progressing UCX meanwhile: the last notification may still be queued
+        conn.recv()
         del keep
     except BaseException as exc:
         conn.send({"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]})
@@ -153,16 +195,18 @@ def _flush_c_stdio():
         pass
 
 
-def run(src, dst, mib, iters, timeout):
+def run(src, dst, mib, iters, timeout, *, mem="vram"):
     os.environ["UCX_PROTO_INFO"] = "y"
     nbytes = int(mib * 1024 * 1024)
     ctx = multiprocessing.get_context("fork")
-    result = {"src": src, "dst": dst, "bytes": nbytes, "iters": iters, "env": _env()}
+    result = {"src": src, "dst": dst, "mem": mem, "bytes": nbytes, "iters": iters, "env": _env()}
     pipes, procs = {}, {}
     for role, gpu in (("target", dst), ("initiator", src)):
         parent_end, child_end = ctx.Pipe()
         pipes[role] = parent_end
-        procs[role] = ctx.Process(target=_child, args=(role, gpu, nbytes, iters, child_end), daemon=True)
+        procs[role] = ctx.Process(
+            target=_child, args=(role, gpu, nbytes, iters, child_end), kwargs={"mem": mem}, daemon=True
+        )
         procs[role].start()
     deadline = time.monotonic() + timeout
 
@@ -205,8 +249,9 @@ def main(argv=None):
     parser.add_argument("--mib", type=float, default=1024)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=90)
+    parser.add_argument("--mem", choices=("vram", "dram"), default="vram", help="dram: host memory, no GPU")
     args = parser.parse_args(argv)
-    result = run(args.src, args.dst, args.mib, args.iters, args.timeout)
+    result = run(args.src, args.dst, args.mib, args.iters, args.timeout, mem=args.mem)
     sys.stdout.flush()
     print(MARKER + json.dumps(result, default=repr), flush=True)  # pylint: disable=ansible-bad-function  # standalone program (venv python), not module code
     return 0 if result["ok"] else 1

@@ -6,13 +6,19 @@ whether the bytes arrived.
 Pure functions (the module plugins/modules/kv_transport.py and tests/hardware use them; unit tests run
 them on the tables captured on real GPUs, tests/fixtures/kv_transport/):
   parse_proto_tables(text)   the tables that UCX_PROTO_INFO=y prints -> [{context, operation, rows}]
-  put_lane(tables)           the protocol and lane of the GPU->GPU put (the KV write) for large sizes
+  put_lane(tables, mem)      the protocol and lane of the GPU->GPU put (the KV write) for large sizes;
+                             with mem="dram" the host->host put between the two processes
   parse_result(text)         the probe's `KVPROBE_RESULT {json}` line
   decide(...)                ok or failed, with a message naming lane, GB/s and the likely cause
   probe_argv(...)            the command: the venv's Python running kv_probe_worker.py's source,
                              under `systemd-run --wait --pipe --collect -p ...` when properties are given
   pair_classes(...)          one (prefill GPU, decode GPU) pair per class of link (same NUMA node, across)
 The probe process itself is plugins/module_utils/kv_probe_worker.py.
+
+DRAM mode (hosts without a GPU or a CUDA array library, such as the sandbox): the same two processes write
+host memory into host memory through NIXL/UCX. It proves NIXL, UCX and the units' hardening let the bytes
+through and names UCX's host lane (cma/memory, posix/memory, tcp/...), labelled DRAM_LABEL; its GB/s says
+nothing about the GPU path, so sglang_kv_min_gbps (the GPU gate) is not applied to it.
 """
 
 from __future__ import annotations
@@ -25,10 +31,14 @@ import statistics
 from ansible_collections.disagg.sglang.plugins.module_utils import kv_probe_worker
 
 RESULT_MARKER = "KVPROBE_RESULT "
+DRAM_LABEL = "DRAM (no GPU: host memory, not the GPU path)"
 # UCX prefixes log lines with "[time] [host:pid:thread]"; the table starts at its first '|' or '+'.
 _TABLE_LINE_RE = re.compile(r"^[^|+]*?(?=[|+])")
 _RANGE_RE = re.compile(r"^\d+(?:\.\d+)?[KMGT]?(?:\.\.(?:\d+(?:\.\d+)?[KMGT]?|inf))?$")
 _GPU_PUT_RE = re.compile(r"remote memory write by ucp_put\*.*\bfrom cuda\S*.*\bto cuda", re.IGNORECASE)
+# UCX 1.2x writes "from host memory to host" (the header is cut at the table's width).
+_HOST_PUT_RE = re.compile(r"remote memory write by ucp_put\*.*\bfrom host\b.*\bto host", re.IGNORECASE)
+_SHM_LANES = ("cma", "knem", "xpmem", "posix", "sysv")
 
 CAUSES = {
     "ucx_tls": (
@@ -110,12 +120,18 @@ def parse_proto_tables(text):
     return [t for t in tables if t["operation"]]
 
 
-def put_lane(tables):
+def put_lane(tables, mem="vram"):
     """The GPU->GPU put (KV write) for the largest sizes: {operation, context, range, protocol, lane, kind}
-    from the last such table printed, or None when UCX printed none."""
+    from the last such table printed, or None when UCX printed none.
+
+    mem="dram": the host->host put instead, leaving out UCX's loopback tables (context `... self cfg#N`,
+    a process writing into itself), which are printed before the two processes connect."""
     found = None
+    wanted = _HOST_PUT_RE if mem == "dram" else _GPU_PUT_RE
     for table in tables:
-        if _GPU_PUT_RE.search(table["operation"]) and table["rows"]:
+        if mem == "dram" and re.search(r"\bself cfg#", table["context"]):
+            continue
+        if wanted.search(table["operation"]) and table["rows"]:
             row = table["rows"][-1]
             found = {"operation": table["operation"], "context": table["context"], **row}
     if found:
@@ -124,16 +140,19 @@ def put_lane(tables):
 
 
 def lane_kind(lane, protocol=""):
-    """cuda_ipc (GPU peer-to-peer), rdma (an InfiniBand/RoCE NIC), tcp, or other."""
+    """cuda_ipc (GPU peer-to-peer), rdma (an InfiniBand/RoCE NIC), tcp, shm (host shared memory or
+    cross-memory attach: cma, knem, xpmem, posix, sysv), or other."""
     lane = lane or ""
     if "cuda_ipc" in lane:
         return "cuda_ipc"
-    if lane.startswith("tcp") or "/tcp" in lane:
+    if re.search(r"(^|\s)tcp/|/tcp", lane):  # also UCX's multi-lane "50% on tcp/eth0 and 50% on tcp/eth1"
         return "tcp"
     if re.match(r"^(rc|dc|ud|rc_mlx5|dc_mlx5|ud_mlx5|rc_verbs|ud_verbs)[_/]", lane):
         return "rdma"
     if "software emulation" in (protocol or ""):
         return "emulated"
+    if lane.split("/")[0] in _SHM_LANES:
+        return "shm"
     return "other"
 
 
@@ -178,14 +197,17 @@ def likely_cause(env, src, dst):
     return CAUSES["p2p"].format(src=src, dst=dst)
 
 
-def decide(text, min_gbps, src=None, dst=None, env=None):
+def decide(text, min_gbps, src=None, dst=None, env=None, *, mem=None):
     """The verdict on one probe's output (stdout and stderr together).
 
     Returns {ok, lane, lane_kind, protocol, operation, gbps, bytes, bytes_verified, seconds, allocator,
-    message}. Fails when the probe failed, UCX printed no GPU->GPU put table, the lane is tcp (or another
-    emulation), GB/s is below min_gbps, or fewer bytes arrived than were written.
+    message, memory}. Fails when the probe failed, UCX printed no GPU->GPU put table, the lane is tcp (or
+    another emulation), GB/s is below min_gbps, or fewer bytes arrived than were written.
+    A DRAM probe (mem="dram", or the result says so) fails only on the first two and the last: see decide_dram.
     """
     result = parse_result(text) or {}
+    if (mem or result.get("mem")) == "dram":
+        return decide_dram(text, result, min_gbps)
     src = result.get("src", src)
     dst = result.get("dst", dst)
     env = dict(env or {}, **(result.get("env") or {}))
@@ -246,6 +268,59 @@ def decide(text, min_gbps, src=None, dst=None, env=None):
     return out
 
 
+def decide_dram(text, result, min_gbps=None):
+    """The verdict on a DRAM probe (host memory -> host memory, two processes): ok when it ended well, UCX
+    printed the host->host put table and every byte arrived as written. The GB/s is reported, labelled
+    DRAM_LABEL, and never compared with min_gbps (the floor for the GPU path)."""
+    lane = put_lane(parse_proto_tables(text), mem="dram")
+    init = result.get("initiator") or {}
+    target = result.get("target") or {}
+    nbytes = result.get("bytes")
+    speed = gbps(nbytes, init.get("seconds"))
+    out = {
+        "ok": False,
+        "src": None,
+        "dst": None,
+        "memory": "DRAM",
+        "lane": lane["lane"] if lane else None,
+        "lane_kind": lane["kind"] if lane else None,
+        "protocol": lane["protocol"] if lane else None,
+        "operation": lane["operation"] if lane else None,
+        "gbps": round(speed, 2) if speed is not None else None,
+        "min_gbps": None,
+        "bytes": nbytes,
+        "bytes_verified": target.get("bytes_verified"),
+        "seconds": init.get("seconds"),
+        "allocator": init.get("allocator"),
+        "notified": target.get("notified"),
+        "message": "",
+    }
+    what = f"KV transport probe {DRAM_LABEL}"
+    if not result:
+        out["message"] = f"{what}: no result line from the probe (output tail: {_tail(text)})"
+        return out
+    if not result.get("ok"):
+        out["message"] = f"{what} failed: {result.get('error', 'unknown error')}"
+        return out
+    speed_text = f"{out['gbps']} GB/s" if speed is not None else "no timing"
+    lane_text = f"{lane['lane']} ({lane['protocol']})" if lane else "an unknown lane"
+    said = f"{what}: {nbytes / 2**20:g} MiB NIXL WRITE process to process over {lane_text} at {speed_text}"
+    gate = "" if min_gbps is None else f"; sglang_kv_min_gbps={min_gbps} is the GPU gate, not applied to DRAM"
+    problems = []
+    if lane is None:
+        problems.append("UCX printed no protocol table for a host->host put (UCX_PROTO_INFO=y)")
+    if out["bytes_verified"] != nbytes:
+        problems.append(f"only {out['bytes_verified']} of {nbytes} bytes arrived as written")
+    if problems:
+        out["message"] = said + "; FAILED: " + "; ".join(problems)
+        return out
+    out["ok"] = True
+    out["message"] = f"{said}, {nbytes} bytes verified{gate}"
+    if target.get("notified") is False:
+        out["message"] += " (the last write's NIXL notification did not arrive within 10 s)"
+    return out
+
+
 def _tail(text, n=400):
     text = (text or "").strip()
     return text[-n:] if text else "empty"
@@ -256,8 +331,26 @@ def worker_source():
     return inspect.getsource(kv_probe_worker)
 
 
-def probe_args(src, dst, mib=1024, iters=3, timeout=60):
-    return ["--src", str(src), "--dst", str(dst), "--mib", str(mib), "--iters", str(iters), "--timeout", str(timeout)]
+def probe_args(src, dst, mib=1024, iters=3, timeout=60, *, mem="vram"):
+    args = ["--src", str(src), "--dst", str(dst), "--mib", str(mib), "--iters", str(iters), "--timeout", str(timeout)]
+    return [*args, "--mem", "dram"] if mem == "dram" else args
+
+
+def choose_memory(requested, gpu_indices, array_library):
+    """("vram" | "dram" | None, why) for the memory option: auto probes VRAM where the host has a GPU and the
+    venv a CUDA array library (torch or cupy), DRAM otherwise; vram where that is missing is None (skip)."""
+    if requested == "dram":
+        return "dram", "memory=dram requested"
+    missing = None
+    if not gpu_indices:
+        missing = "no GPU on this host"
+    elif not array_library:
+        missing = "neither torch nor cupy in the venv to hold VRAM buffers"
+    if missing is None:
+        return "vram", "GPU and CUDA array library present"
+    if requested == "vram":
+        return None, missing
+    return "dram", missing
 
 
 def check_properties(properties):

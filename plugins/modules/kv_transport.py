@@ -25,7 +25,14 @@ description:
     the pairs it would probe.
   - With O(properties), the processes run in a transient systemd unit (C(systemd-run --wait --pipe --collect))
     with those settings, so the probe runs as the service user under the same hardening as the workers.
-  - Skips, with the reason, when the host has no GPU or the venv has no NIXL.
+  - Where the host has no GPU, or the venv neither C(torch) nor C(cupy) (O(memory=auto)), the probe runs in DRAM
+    mode instead - the same two processes, the same NIXL/UCX, the same unit settings, writing O(dram_mib) MiB of
+    host memory into host memory - and reports UCX's host lane (C(cma/memory), C(posix/memory), C(tcp/...)) and
+    the GB/s labelled C(DRAM (no GPU: host memory, not the GPU path)). O(min_gbps) is the floor for the GPU
+    path and is not applied to DRAM. A DRAM probe that fails (error, no UCX table, bytes missing) is a warning
+    with O(memory=auto), a failure with O(memory=dram).
+  - Skips, with the reason, when the venv has no NIXL, or with O(memory=vram) when the host has no GPU or
+    the venv no CUDA array library.
 options:
   venv:
     description: The serving venv; its C(bin/python) runs the probe and must import C(nixl) and C(torch) (or C(cupy)).
@@ -69,10 +76,21 @@ options:
     default: 3
   min_gbps:
     description:
-      - The floor in GB/s (10^9 bytes per second). The TCP fallback measured 0.47-0.5 GB/s; NV18 between
-        two H200s measured 270 GB/s.
+      - The floor in GB/s (10^9 bytes per second) of the GPU path. The TCP fallback measured 0.47-0.5 GB/s; NV18
+        between two H200s measured 270 GB/s. Not applied to a DRAM probe.
     type: float
     default: 10
+  memory:
+    description:
+      - V(auto) probes VRAM where the host has a GPU and the venv C(torch) or C(cupy), DRAM otherwise.
+      - V(vram) probes VRAM only and skips where that cannot run; V(dram) probes host memory only.
+    type: str
+    choices: [auto, vram, dram]
+    default: auto
+  dram_mib:
+    description: MiB written per transfer by a DRAM probe (each process holds it twice, buffer and pattern).
+    type: float
+    default: 256
   env:
     description:
       - Environment of the probe processes; give the workers' environment (their C(UCX_*) and
@@ -111,7 +129,7 @@ notes:
     (C(tests/fixtures/kv_transport)).
   - Pairs across hosts are not probed by this module.
 requirements:
-  - NIXL (C(nixl) and C(nixl-cu13)) and C(torch) or C(cupy) in O(venv); an NVIDIA GPU.
+  - NIXL (C(nixl) and C(nixl-cu13)) in O(venv); for the GPU path C(torch) or C(cupy) and an NVIDIA GPU.
 """
 
 EXAMPLES = r"""
@@ -132,6 +150,12 @@ EXAMPLES = r"""
       - User=sglang
       - ProtectSystem=strict
       - PrivateTmp=yes
+
+- name: Prove NIXL/UCX moves host memory between two processes (no GPU needed; no GB/s floor)
+  disagg.sglang.kv_transport:
+    venv: /opt/sglang/venv
+    memory: dram
+    dram_mib: 64
 """
 
 RETURN = r"""
@@ -141,14 +165,20 @@ pairs:
   type: list
   elements: dict
   contains:
-    src: {description: The writer GPU., type: int, returned: always}
-    dst: {description: The target GPU., type: int, returned: always}
+    src: {description: The writer GPU (null for DRAM)., type: int, returned: always}
+    dst: {description: The target GPU (null for DRAM)., type: int, returned: always}
+    memory: {description: "V(VRAM), or V(DRAM) for the host-memory probe.", type: str, returned: always}
     ok: {description: Whether the pair passed., type: bool, returned: always}
     lane:
-      description: "UCX's lane for the GPU->GPU put (C(cuda_ipc/cuda), C(tcp/lo), ...)."
+      description:
+        - "UCX's lane for the GPU->GPU put (C(cuda_ipc/cuda), C(tcp/lo), ...)."
+        - "For DRAM the host->host put's (C(cma/memory), C(posix/memory), C(tcp/lo), ...)."
       type: str
       returned: always
-    lane_kind: {description: "V(cuda_ipc), V(rdma), V(tcp), V(emulated) or V(other).", type: str, returned: always}
+    lane_kind:
+      description: "V(cuda_ipc), V(rdma), V(tcp), V(shm), V(emulated) or V(other)."
+      type: str
+      returned: always
     protocol:
       description: "UCX's protocol description (V(zero-copy), V(software emulation), ...)."
       type: str
@@ -158,7 +188,7 @@ pairs:
     bytes_verified: {description: Bytes that held the written pattern on the target., type: int, returned: always}
     seconds: {description: The timed writes., type: list, elements: float, returned: always}
     allocator:
-      description: What allocated the VRAM (torch and its allocator settings, or cupy).
+      description: What allocated the buffers (torch and its allocator settings, cupy, or mmap for DRAM).
       type: str
       returned: always
     message: {description: "The verdict in words (lane, GB/s, likely cause).", type: str, returned: always}
@@ -172,8 +202,16 @@ pairs:
       gbps: 270.1
       bytes: 1073741824
       bytes_verified: 1073741824
+memory:
+  description: "What was probed: V(VRAM) or V(DRAM)."
+  returned: when the probe ran or would run
+  type: str
+memory_reason:
+  description: Why that memory (for DRAM, what the GPU path lacks here).
+  returned: when the probe ran or would run
+  type: str
 skipped_reason:
-  description: Why the probe did not run (no GPU, no venv, no NIXL).
+  description: Why the probe did not run (no venv, no NIXL; with O(memory=vram) no GPU or CUDA array library).
   returned: when skipped
   type: str
 planned:
@@ -205,6 +243,8 @@ def main():
             "mib": {"type": "float", "default": 1024},
             "iters": {"type": "int", "default": 3},
             "min_gbps": {"type": "float", "default": 10},
+            "memory": {"type": "str", "default": "auto", "choices": ["auto", "vram", "dram"]},
+            "dram_mib": {"type": "float", "default": 256},
             "env": {"type": "dict", "default": {}},
             "properties": {"type": "list", "elements": "str"},
             "timeout": {"type": "int", "default": 120},
@@ -234,33 +274,47 @@ def main():
 
     facts = gather(sysfs_root=p["sysfs_root"], nvidia_smi_path=smi, runner=runner)
     indices = [g["index"] for g in facts["gpus"]]
-    if not indices:
+    if not indices and p["memory"] == "vram":
         skip(f"KV transport probe skipped: no GPU on this host ({facts['reason']})")
-    if p["pairs"]:
+
+    rc, out, err = module.run_command([python, "-c", "import nixl._api"])
+    if rc != 0:
+        why = (err or out).strip().splitlines()[-1:] or ["no output"]
+        skip(f"KV transport probe skipped: NIXL does not import in {p['venv']} ({why[0]})")
+    array_library = False
+    if indices and p["memory"] != "dram":
+        rc, _out, _err = module.run_command(
+            [
+                python,
+                "-c",
+                "import importlib.util as u; raise SystemExit(0 if u.find_spec('torch') or u.find_spec('cupy') else 3)",
+            ]
+        )
+        array_library = rc == 0
+    mem, mem_reason = kt.choose_memory(p["memory"], indices, array_library)
+    if mem is None:
+        skip(f"KV transport probe skipped: {mem_reason}" + ("" if indices else f" ({facts['reason']})"))
+    if not indices:
+        mem_reason += f" ({facts['reason']})"
+
+    if mem == "dram":
+        planned = [{"memory": "DRAM"}]
+    elif p["pairs"]:
         planned = [{"src": x["src"], "dst": x["dst"]} for x in p["pairs"]]
     elif p["prefill_gpus"] and p["decode_gpus"]:
         planned = kt.pair_classes(facts, p["prefill_gpus"], p["decode_gpus"])
     else:
         planned = [{"src": indices[0], "dst": indices[1] if len(indices) > 1 else indices[0]}]
-    unknown = sorted({g for x in planned for g in (x["src"], x["dst"])} - set(indices))
-    if unknown:
-        module.fail_json(msg=f"kv_transport: GPU(s) {unknown} not on this host (it has {indices})", planned=planned)
-
-    rc, out, err = module.run_command([python, "-c", "import nixl._api"])
-    if rc != 0:
-        why = (err or out).strip().splitlines()[-1:] or ["no output"]
-        skip(f"KV transport probe skipped: NIXL does not import in {p['venv']} ({why[0]})", planned)
-    rc, _out, _err = module.run_command(
-        [
-            python,
-            "-c",
-            "import importlib.util as u; raise SystemExit(0 if u.find_spec('torch') or u.find_spec('cupy') else 3)",
-        ]
-    )
-    if rc != 0:
-        skip(f"KV transport probe skipped: neither torch nor cupy in {p['venv']} to hold VRAM buffers", planned)
+    if mem == "vram":
+        unknown = sorted({g for x in planned for g in (x["src"], x["dst"])} - set(indices))
+        if unknown:
+            module.fail_json(msg=f"kv_transport: GPU(s) {unknown} not on this host (it has {indices})", planned=planned)
+    label = "VRAM" if mem == "vram" else "DRAM"
     if module.check_mode:
-        module.exit_json(changed=False, planned=planned, msg=f"would probe {len(planned)} pair(s)")
+        what = f"{len(planned)} pair(s)" if mem == "vram" else kt.DRAM_LABEL
+        module.exit_json(
+            changed=False, planned=planned, memory=label, memory_reason=mem_reason, msg=f"would probe {what}"
+        )
 
     source = kt.worker_source()
     systemd_run = None
@@ -268,7 +322,12 @@ def main():
         systemd_run = module.get_bin_path("systemd-run", required=True)
     results = []
     for pair in planned:
-        args = kt.probe_args(pair["src"], pair["dst"], p["mib"], p["iters"], p["timeout"])
+        if mem == "dram":
+            args = kt.probe_args(0, 0, p["dram_mib"], p["iters"], p["timeout"], mem="dram")
+            unit = f"disagg-kv-probe-dram-{os.getpid()}"
+        else:
+            args = kt.probe_args(pair["src"], pair["dst"], p["mib"], p["iters"], p["timeout"])
+            unit = f"disagg-kv-probe-{pair['src']}-{pair['dst']}-{os.getpid()}"
         if systemd_run:
             argv = kt.probe_argv(
                 python,
@@ -276,7 +335,7 @@ def main():
                 args,
                 properties=p["properties"],
                 env=p["env"],
-                unit=f"disagg-kv-probe-{pair['src']}-{pair['dst']}-{os.getpid()}",
+                unit=unit,
                 systemd_run=systemd_run,
             )
             env_update = {}
@@ -285,18 +344,30 @@ def main():
             env_update = dict(p["env"])
         t0 = time.monotonic()
         rc, out, err = module.run_command(argv, environ_update=env_update)
-        verdict = kt.decide(out + "\n" + err, p["min_gbps"], pair["src"], pair["dst"], p["env"])
+        verdict = kt.decide(out + "\n" + err, p["min_gbps"], pair.get("src"), pair.get("dst"), p["env"], mem=mem)
         verdict.update({k: v for k, v in pair.items() if k in ("link", "numa")})
+        verdict["memory"] = label
         verdict["rc"] = rc
         verdict["wall_s"] = round(time.monotonic() - t0, 2)
         results.append(verdict)
+
+    if mem == "dram":
+        verdict = results[0]
+        msg = f"KV transport probe on DRAM ({mem_reason}), {verdict['wall_s']:.1f} s"
+        if not verdict["ok"] and p["memory"] == "dram":
+            module.fail_json(msg=msg + ": " + verdict["message"], pairs=results, planned=planned, memory=label)
+        if not verdict["ok"]:
+            module.warn(verdict["message"] + " (a warning: memory=auto fails only on the GPU path)")
+        module.exit_json(changed=False, pairs=results, planned=planned, memory=label, memory_reason=mem_reason, msg=msg)
 
     failed = [r for r in results if not r["ok"]]
     used = sum(r["wall_s"] for r in results)
     summary = f"{len(results) - len(failed)} of {len(results)} pair(s) passed; GPUs used for {used:.1f} s"
     if failed:
-        module.fail_json(msg=summary + ": " + " | ".join(r["message"] for r in failed), pairs=results, planned=planned)
-    module.exit_json(changed=False, pairs=results, planned=planned, msg=summary)
+        module.fail_json(
+            msg=summary + ": " + " | ".join(r["message"] for r in failed), pairs=results, planned=planned, memory=label
+        )
+    module.exit_json(changed=False, pairs=results, planned=planned, memory=label, memory_reason=mem_reason, msg=summary)
 
 
 if __name__ == "__main__":

@@ -300,9 +300,15 @@ def test_module_skips_without_nixl(host, capsys):
     assert out["skipped_reason"].startswith("KV transport probe skipped: NIXL does not import in")
 
 
-def test_module_skips_without_gpu(host, capsys, tmp_path):
+def test_module_skips_without_gpu_when_vram_is_asked(host, capsys, tmp_path):
     rc, out = run_module(
-        {"venv": host["venv"], "nvidia_smi_path": str(tmp_path / "no-smi"), "sysfs_root": host["root"]}, capsys
+        {
+            "venv": host["venv"],
+            "nvidia_smi_path": str(tmp_path / "no-smi"),
+            "sysfs_root": host["root"],
+            "memory": "vram",
+        },
+        capsys,
     )
     assert rc == 0 and out["skipped"] is True and "no GPU on this host" in out["skipped_reason"]
 
@@ -321,7 +327,135 @@ def test_module_refuses_bad_properties_and_unknown_gpu(host, capsys):
 
 def test_module_skips_without_a_library_to_hold_vram(host, capsys, monkeypatch):
     monkeypatch.setenv("KVFAKE_NO_ARRAYLIB", "1")
-    rc, out = run_module(_args(host, "default", pairs=[{"src": 0, "dst": 1}]), capsys)
+    rc, out = run_module(_args(host, "default", pairs=[{"src": 0, "dst": 1}], memory="vram"), capsys)
     assert rc == 0 and out["skipped"] is True
     assert out["skipped_reason"].startswith("KV transport probe skipped: neither torch nor cupy in ")
+    assert not host["args"].exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# DRAM mode: host memory -> host memory, where there is no GPU or no CUDA array library (the sandbox).
+# dram-local/: the probe on a 2-core machine without a GPU (nixl 1.5.1 + nixl-cu13 1.5.1, Python 3.11).
+
+DRAM = H200.parent / "dram-local"
+
+
+def dram_log(case):
+    return (DRAM / f"{case}.log").read_text()
+
+
+@pytest.mark.parametrize(("case", "lane", "kind"), [("default", "cma/memory", "shm"), ("tcp", "tcp/lo", "tcp")])
+def test_dram_verdict_from_a_real_run(case, lane, kind):
+    v = kt.decide(dram_log(case), 10)
+    assert v["ok"] is True and v["memory"] == "DRAM" and v["lane"] == lane and v["lane_kind"] == kind
+    assert v["bytes"] == v["bytes_verified"] == 268435456 and v["notified"] is True and v["min_gbps"] is None
+    assert v["message"].startswith(
+        f"KV transport probe DRAM (no GPU: host memory, not the GPU path): 256 MiB NIXL WRITE process to process "
+        f"over {lane} ("
+    )
+    assert v["message"].endswith("268435456 bytes verified; sglang_kv_min_gbps=10 is the GPU gate, not applied to DRAM")
+
+
+def test_dram_put_lane_leaves_out_the_self_tables():
+    tables = kt.parse_proto_tables(dram_log("default"))
+    assert any("self cfg#" in t["context"] for t in tables)
+    lane = kt.put_lane(tables, mem="dram")
+    assert "self cfg#" not in lane["context"] and lane["lane"] == "cma/memory" and lane["protocol"] == "zero-copy"
+    assert kt.put_lane(tables) is None  # no GPU->GPU put in a DRAM run
+
+
+def test_dram_is_never_gated_on_gbps():
+    slow = kt.decide(dram_log("default"), 1e9)
+    assert slow["ok"] is True and "not applied to DRAM" in slow["message"]
+
+
+def test_dram_fails_on_missing_bytes_error_or_no_table():
+    result = kt.parse_result(dram_log("default"))
+    tables = "\n".join(line for line in dram_log("default").splitlines() if not line.startswith(kt.RESULT_MARKER))
+    short = dict(result, target=dict(result["target"], bytes_verified=5))
+    v = kt.decide(tables + "\n" + kt.RESULT_MARKER + json.dumps(short), 10)
+    assert v["ok"] is False and v["message"].endswith("FAILED: only 5 of 268435456 bytes arrived as written")
+    err = {"mem": "dram", "ok": False, "error": "initiator failed: nixlBackendError: NIXL_ERR_BACKEND"}
+    v = kt.decide(kt.RESULT_MARKER + json.dumps(err), 10)
+    assert v["ok"] is False and v["message"] == (
+        "KV transport probe DRAM (no GPU: host memory, not the GPU path) failed: "
+        "initiator failed: nixlBackendError: NIXL_ERR_BACKEND"
+    )
+    v = kt.decide(kt.RESULT_MARKER + json.dumps(result), 10)
+    assert v["ok"] is False and "FAILED: UCX printed no protocol table for a host->host put" in v["message"]
+
+
+def test_lane_kind_of_host_lanes():
+    assert kt.lane_kind("cma/memory", "zero-copy") == "shm"
+    assert kt.lane_kind("posix/memory", "copy-in") == "shm"
+    assert kt.lane_kind("cma/memory", "software emulation") == "emulated"
+    assert kt.lane_kind("50% on tcp/ve-a-1 and 50% on tcp/ve-a-2", "zero-copy") == "tcp"
+
+
+@pytest.mark.parametrize(
+    ("requested", "gpus", "lib", "expected"),
+    [
+        ("auto", [0, 1], True, "vram"),
+        ("auto", [0, 1], False, "dram"),
+        ("auto", [], False, "dram"),
+        ("vram", [], False, None),
+        ("vram", [0], False, None),
+        ("dram", [0, 1], True, "dram"),
+    ],
+)
+def test_choose_memory(requested, gpus, lib, expected):
+    assert kt.choose_memory(requested, gpus, lib)[0] == expected
+
+
+def test_probe_args_dram():
+    assert kt.probe_args(0, 0, 256, 3, 60, mem="dram")[-2:] == ["--mem", "dram"]
+    assert "--mem" not in kt.probe_args(0, 1)
+
+
+def _dram_args(host, case, **extra):
+    env = {"KVFAKE_LOG": str(DRAM / f"{case}.log"), "KVFAKE_ARGS": str(host["args"])}
+    return {"venv": host["venv"], "nvidia_smi_path": host["smi"], "sysfs_root": host["root"], "env": env, **extra}
+
+
+def test_module_probes_dram_without_a_library_to_hold_vram(host, capsys, monkeypatch):
+    """The sandbox's case: fake GPUs, NIXL installed, no torch or cupy."""
+    monkeypatch.setenv("KVFAKE_NO_ARRAYLIB", "1")
+    rc, out = run_module(_dram_args(host, "default", prefill_gpus=[0], decode_gpus=[4]), capsys)
+    assert rc == 0 and "skipped" not in out and out["memory"] == "DRAM" and out["planned"] == [{"memory": "DRAM"}]
+    assert out["memory_reason"] == "neither torch nor cupy in the venv to hold VRAM buffers"
+    assert out["msg"].startswith("KV transport probe on DRAM (neither torch nor cupy in the venv")
+    pair = out["pairs"][0]
+    assert pair["ok"] is True and pair["memory"] == "DRAM" and pair["lane"] == "cma/memory"
+    assert "DRAM (no GPU: host memory, not the GPU path)" in pair["message"]
+    assert host["args"].read_text() == "--src 0 --dst 0 --mib 256.0 --iters 3 --timeout 120 --mem dram\n"
+
+
+def test_module_probes_dram_without_gpu(host, capsys, tmp_path):
+    args = _dram_args(host, "tcp", nvidia_smi_path=str(tmp_path / "no-smi"), dram_mib=64)
+    rc, out = run_module(args, capsys)
+    assert rc == 0 and out["memory"] == "DRAM" and out["pairs"][0]["lane"] == "tcp/lo"
+    assert out["memory_reason"].startswith("no GPU on this host (")
+    assert host["args"].read_text().startswith("--src 0 --dst 0 --mib 64.0 ")
+
+
+def test_module_dram_failure_warns_on_auto_and_fails_on_dram(host, capsys, monkeypatch, tmp_path):
+    bad = tmp_path / "bad.log"
+    bad.write_text(kt.RESULT_MARKER + json.dumps({"mem": "dram", "ok": False, "error": "target failed: boom"}) + "\n")
+    args = _dram_args(host, "default", nvidia_smi_path=str(tmp_path / "no-smi"))
+    args["env"]["KVFAKE_LOG"] = str(bad)
+    rc, out = run_module(args, capsys)
+    assert rc == 0 and out["pairs"][0]["ok"] is False
+    assert "target failed: boom" in json.dumps(out.get("warnings")), out
+    rc, out = run_module(dict(args, memory="dram"), capsys)
+    assert rc == 1 and out["failed"] is True and "target failed: boom" in out["msg"]
+
+
+def test_module_check_mode_dram(host, capsys, tmp_path):
+    args = _dram_args(host, "default", nvidia_smi_path=str(tmp_path / "no-smi"), _ansible_check_mode=True)
+    rc, out = run_module(args, capsys)
+    assert (
+        rc == 0
+        and out["memory"] == "DRAM"
+        and out["msg"] == ("would probe DRAM (no GPU: host memory, not the GPU path)")
+    )
     assert not host["args"].exists()
