@@ -522,3 +522,39 @@ def test_router_answers_502_when_decode_is_down(pd_stack, capsys):
     attempts = sim_requests(prefill, "/generate")[before:]
     assert len(attempts) >= 1 and len(rooms(attempts)) == len(attempts)
     report(capsys, f"prefill saw {len(attempts)} attempt(s) for the failed request")
+
+
+def test_router_parallel_sampling_n2_fails_as_sglang_0_5_23(pd_launcher, capsys, monkeypatch):
+    """n=2 through the real router with the real OpenAI client: the router sends one bootstrap_room per sample
+    (and host/port lists); sglang 0.5.23 sends the warmup and both samples with bootstrap_room[0]
+    (io_struct.py _normalize_bootstrap_params, tokenizer_manager.py _handle_batch_request), the samples
+    never get KV and the decode answers HTTP 500 (a KVTransferError) once its wait times out."""
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("sglang_router")
+    env = {"SGLANG_SIM_HANDOFF_TIMEOUT": "0.5"}
+    prefill = pd_launcher.sim("prefill", env=env)
+    decode = pd_launcher.sim("decode", env=env)
+    wait_sim_healthy(prefill)
+    wait_sim_healthy(decode)
+    router = pd_launcher.router(prefill, decode, "--health-failure-threshold", "100")
+    wait_router_ready(router)
+    for var in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)  # the client honours proxy variables: loopback only
+    client = openai.OpenAI(base_url=url(router, "/v1"), api_key="none", max_retries=0, timeout=60)
+    t0 = time.monotonic()
+    with pytest.raises(openai.InternalServerError) as exc:
+        client.chat.completions.create(model="dsv4", messages=[{"role": "user", "content": "hi"}], n=2, max_tokens=4)
+    took = time.monotonic() - t0
+    assert exc.value.status_code == 500
+    report(capsys, f"n=2 via router: HTTP 500 after {took:.1f}s")
+    records = sim_requests(decode, "/v1/chat/completions")
+    assert records and all(r["status"] == 500 for r in records)
+    for record in records:  # what the router sent: one room per sample
+        assert isinstance(record["bootstrap_room"], list) and len(record["bootstrap_room"]) == 2
+    # the prefill only ever saw each attempt's first room, as sglang uses only bootstrap_room[0]
+    status, kv = http("GET", url(prefill, "/sim/kv", "bootstrap"))
+    assert status == 200
+    assert {e["bootstrap_room"] for e in kv} == {r["bootstrap_room"][0] for r in records}
+    # the same request with n=1 is served
+    out = client.chat.completions.create(model="dsv4", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+    assert len(out.choices) == 1 and out.usage.completion_tokens == 4

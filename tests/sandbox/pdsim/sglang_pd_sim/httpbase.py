@@ -215,15 +215,17 @@ class BaseHandler(BaseHTTPRequestHandler):
 def kv_poll(state: SimState, room: int, wait: float) -> dict | None:
     """The decode's long-poll for a room; it connects for the room as soon as the prefill has seen it."""
     deadline = time.monotonic() + min(max(wait, 0.0), 10.0)
+    connected = False
     while True:
-        kv_connect(state, room)
+        # once per poll: polled_at is when this decode last asked (a vanished decode asks no more)
+        connected = connected or kv_connect(state, room)
         remaining = deadline - time.monotonic()
         entry = state.kv_get(room, min(remaining, 0.05))
         if (entry and entry["state"] == "transferred") or remaining <= 0 or state.stop.is_set():
             return entry
 
 
-def kv_connect(state: SimState, room: int) -> None:
+def kv_connect(state: SimState, room: int) -> bool:
     """A decode polled GET /sim/kv/<room>: it has connected for the room and is alive now.
 
     Mirrors the decode's KVReceiver sending its KV indices to the prefill's bootstrap thread
@@ -235,7 +237,8 @@ def kv_connect(state: SimState, room: int) -> None:
     with state.lock:
         entry = state.kv.get(room)
         if entry is None:
-            return
+            return False
         entry.setdefault("connected_at", now)
         entry["polled_at"] = now
         state.kv_changed.notify_all()
+        return True

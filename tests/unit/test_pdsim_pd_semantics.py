@@ -1,0 +1,174 @@
+"""PD semantics of the simulator that mirror sglang 0.5.23 failure modes (issue 19), on loopback.
+
+- a request without bootstrap_room: HTTP 400 with sglang's message on both roles
+  (sglang/srt/managers/scheduler.py handle_generate_request);
+- n > 1: the warmup and all samples share bootstrap_room[0] (io_struct.py, tokenizer_manager.py
+  _handle_batch_request), so the samples never get KV and time out with HTTP 500;
+- the prefill waits for its decode to connect for the room (prefill.py pop_bootstrapped) up to
+  SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, holding no KV meanwhile;
+- a decode that connected and then vanished before the transfer: mooncake fails and frees the room's KV,
+  NIXL keeps it in the pool until the prefill restarts (nixl/conn.py check_status, _await_handles).
+Every wait is bounded (a few seconds each).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"))
+
+from pdsim_testing import http
+from sglang_pd_sim.promtext import parse_exposition
+
+
+def gauge(sim, name: str) -> float:
+    return sum(v for _s, _labels, v in parse_exposition(sim.metrics_text()).get(name, {}).get("samples", []))
+
+
+def body_for(prefill, room, **extra) -> dict:
+    return {"text": "four little prompt words", "sampling_params": {"max_new_tokens": 3},
+            "bootstrap_host": "127.0.0.1", "bootstrap_port": prefill.bootstrap, "bootstrap_room": room,
+            **extra}  # fmt: skip
+
+
+def in_thread(fn, *args, **kwargs) -> dict:
+    out: dict = {}
+
+    def run():
+        try:
+            out["answer"] = fn(*args, **kwargs)
+        except OSError as exc:  # a read timeout: no answer
+            out["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    out["thread"] = t
+    return out
+
+
+# --- 2. no bootstrap room ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_request_without_room_is_400_with_sglangs_message(sims, role):
+    sim = sims.start(role)
+    status, body = http("POST", sim.url("/generate"), {"text": "x", "rid": "abc"})
+    assert status == 400
+    assert body == {"error": {"message": "Invalid request: Disaggregated request received without bootstrap "
+                                         "room id. req.rid='abc'"}}  # fmt: skip
+    status, body = http("POST", sim.url("/v1/chat/completions"), {"messages": [{"role": "user", "content": "x"}]})
+    assert status == 400 and body["object"] == "error" and body["code"] == 400
+    assert body["message"].startswith("Invalid request: Disaggregated request received without bootstrap room id.")
+
+
+def test_null_mode_needs_no_room(sims):
+    assert http("POST", sims.start("null").url("/generate"), {"text": "x"})[0] == 200
+
+
+# --- 3. parallel sampling --------------------------------------------------------------------------------
+
+
+def test_parallel_sampling_shares_one_room_and_times_out(sims):
+    env = {"SGLANG_SIM_HANDOFF_TIMEOUT": "0.5"}
+    prefill = sims.start("prefill", env=env)
+    decode = sims.start("decode", env=env)
+    rooms = [111, 222]  # what sglang-router 0.3.2 sends for n=2: one room per sample, host/port lists
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 2, "max_tokens": 3,
+            "bootstrap_host": ["127.0.0.1"] * 2, "bootstrap_port": [prefill.bootstrap] * 2,
+            "bootstrap_room": rooms}  # fmt: skip
+    on_prefill = in_thread(http, "POST", prefill.url("/v1/chat/completions"), body)
+    t0 = time.monotonic()
+    status, err = http("POST", decode.url("/v1/chat/completions"), body)
+    assert status == 500, err
+    assert "KVTransferError(bootstrap_room=111)" in err["message"] and "KVPoll.WaitingForInput" in err["message"]
+    assert "share bootstrap_room 111" in err["message"]
+    assert 0.4 < time.monotonic() - t0 < 5
+    on_prefill["thread"].join(10)
+    pstatus, perr = on_prefill["answer"]
+    assert pstatus == 500 and "KVPoll.Bootstrapping" in perr["message"]
+    # only bootstrap_room[0] was ever used: the prefill never saw the second room
+    status, kv = http("GET", f"http://127.0.0.1:{prefill.bootstrap}/sim/kv")
+    assert [entry["bootstrap_room"] for entry in kv] == [111]
+    # the same request with n=1 goes through
+    single = {**body, "n": 1, "bootstrap_host": "127.0.0.1", "bootstrap_port": prefill.bootstrap,
+              "bootstrap_room": 333}  # fmt: skip
+    on_prefill = in_thread(http, "POST", prefill.url("/v1/chat/completions"), single)
+    status, out = http("POST", decode.url("/v1/chat/completions"), single)
+    assert status == 200 and len(out["choices"]) == 1
+    on_prefill["thread"].join(10)
+    assert on_prefill["answer"][0] == 200
+
+
+def test_generate_n2_uses_sampling_params_n(sims):
+    env = {"SGLANG_SIM_HANDOFF_TIMEOUT": "0.3"}
+    prefill = sims.start("prefill", env=env)
+    decode = sims.start("decode", env=env)
+    body = body_for(prefill, 5, sampling_params={"max_new_tokens": 2, "n": 2})
+    on_prefill = in_thread(http, "POST", prefill.url("/generate"), body)
+    status, err = http("POST", decode.url("/generate"), body)
+    assert status == 500 and "share bootstrap_room 5" in err["error"]["message"]
+    on_prefill["thread"].join(10)
+
+
+# --- 4. bootstrap wait, dead decode: mooncake frees, NIXL strands ------------------------------------------
+
+
+def test_prefill_waits_for_decode_connection_then_bootstrap_timeout(sims):
+    prefill = sims.start("prefill", "--enable-metrics", env={"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "0.5"})
+    t0 = time.monotonic()
+    status, err = http("POST", prefill.url("/generate"), body_for(prefill, 9))
+    assert status == 500 and 0.4 < time.monotonic() - t0 < 5
+    assert "KVTransferError(bootstrap_room=9)" in err["error"]["message"]
+    assert "timed out after" in err["error"]["message"] and "in KVPoll.Bootstrapping" in err["error"]["message"]
+    assert gauge(prefill, "sglang:token_usage") == 0.0  # never prefilled: no KV was allocated
+    assert gauge(prefill, "sglang:num_bootstrap_failed_reqs_total") == 1.0
+
+
+def room_entry(prefill, room: int) -> dict:
+    """The prefill's record of a room, read from GET /sim/kv (GET /sim/kv/<room> would be a decode's poll)."""
+    status, entries = http("GET", f"http://127.0.0.1:{prefill.bootstrap}/sim/kv")
+    assert status == 200
+    return next((e for e in entries if e["bootstrap_room"] == room), {})
+
+
+def connect_then_kill_decode(sims, backend: str, room: int):
+    env = {"SGLANG_SIM_PREFILL_LATENCY": "3.5", "SGLANG_SIM_HANDOFF_TIMEOUT": "30"}
+    prefill = sims.start("prefill", "--enable-metrics", "--disaggregation-transfer-backend", backend, env=env)
+    decode = sims.start("decode", "--disaggregation-transfer-backend", backend, env=env)
+    body = body_for(prefill, room)
+    on_prefill = in_thread(http, "POST", prefill.url("/generate"), body, timeout=8)
+    in_thread(http, "POST", decode.url("/generate"), body, timeout=8)
+    deadline = time.monotonic() + 3
+    while not room_entry(prefill, room).get("connected_at"):
+        assert time.monotonic() < deadline, "the decode never connected for the room"
+        time.sleep(0.05)
+    decode.popen.kill()  # gone after connecting, while the prefill computes: before the transfer starts
+    decode.popen.wait(5)
+    return prefill, on_prefill
+
+
+def test_mooncake_frees_kv_of_a_decode_gone_before_transfer(sims):
+    prefill, on_prefill = connect_then_kill_decode(sims, "mooncake", 77)
+    on_prefill["thread"].join(10)
+    status, err = on_prefill["answer"]
+    assert status == 500 and "Decode instance could be dead" in err["error"]["message"]
+    assert gauge(prefill, "sglang:token_usage") == 0.0
+    assert gauge(prefill, "sglang:num_transfer_failed_reqs_total") == 1.0
+
+
+def test_nixl_strands_kv_of_a_decode_gone_before_transfer(sims):
+    prefill, on_prefill = connect_then_kill_decode(sims, "nixl", 78)
+    deadline = time.monotonic() + 6
+    while room_entry(prefill, 78).get("state") != "stranded":
+        assert time.monotonic() < deadline, "the prefill never reached the transfer"
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert gauge(prefill, "sglang:token_usage") > 0.0  # the room's KV stays in the pool ...
+    on_prefill["thread"].join(10)
+    assert "answer" not in on_prefill and isinstance(on_prefill["error"], TimeoutError)  # ... no answer in 8 s
+    assert gauge(prefill, "sglang:token_usage") > 0.0  # still held: only a restart frees it
