@@ -52,7 +52,8 @@ def test_decimal_with_iec_suffix_is_refused():
 @pytest.mark.parametrize(
     ("flag", "text", "dest", "value"),
     [("--context-length", "8Ki", "context_length", 8192), ("--context-length", "8k", "context_length", 8000),
-     ("--max-total-tokens", "1Mi", "max_total_tokens", 2**20), ("--max-prefill-tokens", "16k", "max_prefill_tokens", 16000),
+     ("--max-total-tokens", "1Mi", "max_total_tokens", 2**20),
+     ("--max-prefill-tokens", "16k", "max_prefill_tokens", 16000),
      ("--context-bucket", "4Ki", "cuda_graph_prefill_max_context", 4096)],
 )  # fmt: skip
 def test_flags_use_it(flag, text, dest, value):
