@@ -10,7 +10,8 @@ with its own timeout, and stops starting new ones after the deadline. It prints 
 
     {"t0": epoch, "elapsed": s, "total": n, "ok": n, "errors": {"502": n, "ConnectionRefusedError": n},
      "timeline": [[start, end, "200"], ...],          # seconds since t0, one entry per request sent
-     "readiness": [[t, "200 2/2"], [t, "503"], ...]}  # with --readiness: every change of /readiness
+     "readiness": [[t, "200 2/2"], [t, "503"], ...],  # with --readiness: every change of /readiness
+     "workers": [[t, "http://a:30001,http://b:30000"], ...]}  # with --workers: every change of the healthy workers
 
 `wait-ready` waits until /readiness answers 200 with every worker healthy and then K probe requests in a
 row succeed; it prints {"ready": bool, "waited": s, "polls": n, "probe_failures": {...}, "last": ...}
@@ -83,6 +84,15 @@ def readiness(base: str, timeout: float) -> tuple[str, bool]:
     return f"200 {healthy}/{total}", bool(total) and healthy == total
 
 
+def routed(base: str, timeout: float) -> str:
+    """The workers the router routes to now, from its GET /workers: "url,url,..." of the healthy ones (sorted), or
+    the status / exception name when it did not answer."""
+    status, answer = request("GET", f"{base}/workers", None, timeout)
+    if status != "200" or not isinstance(answer, dict):
+        return status
+    return ",".join(sorted(w.get("url", "") for w in answer.get("workers") or [] if w.get("is_healthy")))
+
+
 def run(args: argparse.Namespace) -> dict:
     t0 = time.time()
     stop_at = time.monotonic() + args.deadline
@@ -121,9 +131,23 @@ def run(args: argparse.Namespace) -> dict:
                 last = state
             done.wait(args.readiness_interval)
 
+    routing: list[list] = []
+
+    def poll_workers() -> None:
+        last = None
+        while not done.is_set() and time.monotonic() < stop_at + args.timeout:
+            state = routed(args.url, min(args.timeout, 2.0))
+            if state != last:
+                routing.append([round(time.time() - t0, 4), state])
+                last = state
+            done.wait(args.workers_interval)
+
     poller = threading.Thread(target=poll_readiness, daemon=True) if args.readiness else None
     if poller:
         poller.start()
+    watcher = threading.Thread(target=poll_workers, daemon=True) if args.workers else None
+    if watcher:
+        watcher.start()
     threads = [threading.Thread(target=worker, daemon=True) for _worker in range(args.concurrency)]
     for thread in threads:
         thread.start()
@@ -133,6 +157,8 @@ def run(args: argparse.Namespace) -> dict:
     done.set()
     if poller:
         poller.join(5)
+    if watcher:
+        watcher.join(5)
     with lock:
         timeline.sort()
         errors: dict[str, int] = {}
@@ -148,6 +174,7 @@ def run(args: argparse.Namespace) -> dict:
             "errors": errors,
             "timeline": timeline,
             "readiness": changes,
+            "workers": routing,
         }
 
 
@@ -187,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--deadline", type=float, default=60.0, help="no request starts after this many seconds")
     p_run.add_argument("--readiness", action="store_true", help="poll /readiness meanwhile and record its changes")
     p_run.add_argument("--readiness-interval", type=float, default=0.1)
+    p_run.add_argument("--workers", action="store_true", help="poll GET /workers meanwhile and record its changes")
+    p_run.add_argument("--workers-interval", type=float, default=0.1)
     p_wait = sub.add_parser("wait-ready", help="wait for /readiness with every worker healthy and K good probes")
     p_wait.add_argument("--timeout", type=float, default=120.0)
     p_wait.add_argument("--interval", type=float, default=0.2)
