@@ -25,12 +25,12 @@ description:
     the pairs it would probe.
   - With O(properties), the processes run in a transient systemd unit (C(systemd-run --wait --pipe --collect))
     with those settings, so the probe runs as the service user under the same hardening as the workers.
-  - Where the host has no GPU, or the venv neither C(torch) nor C(cupy) (O(memory=auto)), the probe runs in DRAM
+  - "Where the host has no GPU, or the venv neither C(torch) nor C(cupy) (O(memory=auto)), the probe runs in DRAM
     mode instead - the same two processes, the same NIXL/UCX, the same unit settings, writing O(dram_mib) MiB of
     host memory into host memory - and reports UCX's host lane (C(cma/memory), C(posix/memory), C(tcp/...)) and
     the GB/s labelled C(DRAM (no GPU: host memory, not the GPU path)). O(min_gbps) is the floor for the GPU
     path and is not applied to DRAM. A DRAM probe that fails (error, no UCX table, bytes missing) is a warning
-    with O(memory=auto), a failure with O(memory=dram).
+    with O(memory=auto), a failure with O(memory=dram)."
   - Skips, with the reason, when the venv has no NIXL, or with O(memory=vram) when the host has no GPU or
     the venv no CUDA array library.
 options:
@@ -90,7 +90,7 @@ options:
   dram_mib:
     description: MiB written per transfer by a DRAM probe (each process holds it twice, buffer and pattern).
     type: float
-    default: 256
+    default: 64
   env:
     description:
       - Environment of the probe processes; give the workers' environment (their C(UCX_*) and
@@ -244,7 +244,7 @@ def main():
             "iters": {"type": "int", "default": 3},
             "min_gbps": {"type": "float", "default": 10},
             "memory": {"type": "str", "default": "auto", "choices": ["auto", "vram", "dram"]},
-            "dram_mib": {"type": "float", "default": 256},
+            "dram_mib": {"type": "float", "default": 64},
             "env": {"type": "dict", "default": {}},
             "properties": {"type": "list", "elements": "str"},
             "timeout": {"type": "int", "default": 120},
@@ -353,7 +353,8 @@ def main():
 
     if mem == "dram":
         verdict = results[0]
-        msg = f"KV transport probe on DRAM ({mem_reason}), {verdict['wall_s']:.1f} s"
+        state = "passed" if verdict["ok"] else "FAILED"
+        msg = f"DRAM probe {state} in {verdict['wall_s']:.1f} s (why DRAM: {mem_reason})"
         if not verdict["ok"] and p["memory"] == "dram":
             module.fail_json(msg=msg + ": " + verdict["message"], pairs=results, planned=planned, memory=label)
         if not verdict["ok"]:

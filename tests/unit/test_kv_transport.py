@@ -423,11 +423,13 @@ def test_module_probes_dram_without_a_library_to_hold_vram(host, capsys, monkeyp
     rc, out = run_module(_dram_args(host, "default", prefill_gpus=[0], decode_gpus=[4]), capsys)
     assert rc == 0 and "skipped" not in out and out["memory"] == "DRAM" and out["planned"] == [{"memory": "DRAM"}]
     assert out["memory_reason"] == "neither torch nor cupy in the venv to hold VRAM buffers"
-    assert out["msg"].startswith("KV transport probe on DRAM (neither torch nor cupy in the venv")
+    assert out["msg"].startswith("DRAM probe passed in ") and out["msg"].endswith(
+        " s (why DRAM: neither torch nor cupy in the venv to hold VRAM buffers)"
+    )
     pair = out["pairs"][0]
     assert pair["ok"] is True and pair["memory"] == "DRAM" and pair["lane"] == "cma/memory"
     assert "DRAM (no GPU: host memory, not the GPU path)" in pair["message"]
-    assert host["args"].read_text() == "--src 0 --dst 0 --mib 256.0 --iters 3 --timeout 120 --mem dram\n"
+    assert host["args"].read_text() == "--src 0 --dst 0 --mib 64.0 --iters 3 --timeout 120 --mem dram\n"
 
 
 def test_module_probes_dram_without_gpu(host, capsys, tmp_path):
