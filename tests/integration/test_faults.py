@@ -21,7 +21,6 @@ The counts and times of each fault are printed (also under `make test`, bypassin
 """
 
 import json
-import os
 import shlex
 import subprocess
 import time
@@ -46,7 +45,7 @@ AFTER_LOAD = ["run", "--requests", "100", "--concurrency", "16", "--timeout", "1
 KILL_AFTER = 2.0  # seconds into the load
 READY_TIMEOUT = 120  # the router's circuit breaker alone holds requests off for about 60 s
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandbox hosts need root")
+pytestmark = pytest.mark.usefixtures("sandbox_root")  # not root: fails, never skips (conftest.py)
 
 
 def report(capsys, line):

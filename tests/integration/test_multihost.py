@@ -18,7 +18,7 @@ from multihost import TEST_VARS, sandbox_up_command, write_inventory
 from sandbox_hosts import REPO, VENV_BIN, down, run, ssh_config
 
 SANDBOX = os.environ.get("DISAGG_MULTIHOST_SANDBOX", "clm")  # hosts clm-1..4
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sandbox hosts need root")
+pytestmark = pytest.mark.usefixtures("sandbox_root")  # not root: fails, never skips (conftest.py)
 REQUESTS = 24
 LOAD = REPO / "tests" / "sandbox" / "load.py"
 GUEST_LOAD = "/root/load.py"
