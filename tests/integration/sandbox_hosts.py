@@ -5,8 +5,10 @@ Each test module uses its own sandbox name, so modules never share hosts.
 """
 
 import os
+import re
 import shlex
 import subprocess
+import textwrap
 import time
 from pathlib import Path
 
@@ -78,3 +80,17 @@ def write_inventory(directory, name, host, groups=GROUPS, host_vars=None):
     (directory / "hosts.yml").write_text(yaml.safe_dump(inventory))
     (directory / "group_vars").symlink_to(REPO / "inventories" / "sandbox" / "group_vars")
     return directory
+
+
+def debug_messages(output):
+    """[(host, msg)] of every `ok: [host] => msg: ...` result in ansible-playbook output (the default callback
+    with callback_result_format = yaml wraps a long msg over several lines: each is read back as YAML)."""
+    found = []
+    for match in re.finditer(r"^ok: \[([^\]]+)\] => ?\n((?:    .*\n?)+)", output, re.MULTILINE):
+        try:
+            doc = yaml.safe_load(textwrap.dedent(match.group(2)))
+        except yaml.YAMLError:
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("msg"), str):
+            found.append((match.group(1), doc["msg"]))
+    return found
