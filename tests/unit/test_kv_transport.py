@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import topology_fakes as tf
+from ansible.module_utils import testing
 from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology as gt
 from ansible_collections.disagg.sglang.plugins.module_utils import kv_probe_worker
 from ansible_collections.disagg.sglang.plugins.module_utils import kv_transport as kt
 from ansible_collections.disagg.sglang.plugins.modules import kv_transport as module
 
-testing = pytest.importorskip("ansible.module_utils.testing")
 H200 = Path(__file__).resolve().parents[1] / "fixtures" / "kv_transport" / "h200-1x"
 RECORDED = json.loads((H200 / "results.json").read_text())
 ENV = {

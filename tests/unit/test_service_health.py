@@ -11,10 +11,9 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from ansible.module_utils import testing
 from ansible_collections.disagg.sglang.plugins.module_utils import service_health as sh
 from ansible_collections.disagg.sglang.plugins.modules import service_health as module
-
-testing = pytest.importorskip("ansible.module_utils.testing")
 
 UNIT = "sglang-decode0.service"
 URL = "http://127.0.0.1:30001/health"
