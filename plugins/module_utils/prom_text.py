@@ -85,3 +85,15 @@ def in_flight(text):
     none of them (metrics off, or not an sglang page), so a caller can tell "drained" from "cannot tell"."""
     found = [value for name, _labels, value in samples(text) if name in IN_FLIGHT_SERIES]
     return round(sum(found)) if found else None
+
+
+def stranded_tokens(text):
+    """KV tokens a prefill holds with no request in flight (sglang:num_used_tokens while in_flight() is 0), else 0.
+
+    Idle, a worker's used tokens are 0: its prefix cache is evictable and not counted
+    (sglang/srt/managers/scheduler_components/pool_stats_observer.py: used = capacity - (available + evictable)).
+    On NIXL a room whose decode died before its transfer started is never freed (sglang/srt/disaggregation/nixl/
+    conn.py), so its tokens stay used until the prefill restarts."""
+    if in_flight(text) != 0:
+        return 0
+    return round(total(text, "sglang:num_used_tokens"))

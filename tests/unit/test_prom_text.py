@@ -67,3 +67,17 @@ def test_samples_skip_comments_and_keep_labels():
 )
 def test_in_flight_counts_what_a_worker_still_holds(text, want):
     assert prom_text.in_flight(text) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (f"sglang:num_used_tokens{{{LABELS}}} 0\nsglang:num_running_reqs{{{LABELS}}} 0", 0),  # idle
+        (f"sglang:num_used_tokens{{{LABELS}}} 768\nsglang:num_running_reqs{{{LABELS}}} 0", 768),  # stranded
+        (f"sglang:num_used_tokens{{{LABELS}}} 768\nsglang:num_prefill_inflight_queue_reqs{{{LABELS}}} 1", 0),  # busy
+        (f"sglang:num_used_tokens{{{LABELS}}} 768", 0),  # no scheduler gauges: cannot tell, so not named
+        ("", 0),
+    ],
+)
+def test_stranded_tokens_are_used_tokens_of_an_idle_worker(text, want):
+    assert prom_text.stranded_tokens(text) == want
