@@ -37,6 +37,10 @@ DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 ROUTER_PORT, PROM_PORT = 8000, 29000
 REQUESTS = 24
 RATE = "3m"  # $__rate_interval of the live queries: wide enough to still hold the traffic of this run
+# The alert a failed KV transfer raises (roles/sglang_monitoring/templates/sglang-alerts.yml.j2): it has no `for:`,
+# so it fires at the first evaluation (2 s) after a scrape (2 s) that saw a failed-transfer counter rise.
+KV_ALERT = "SGLangKVTransferFailures"
+KV_ALERT_WAIT = 60  # seconds: decode's handoff timeout (2 s) per request, a scrape, an evaluation, with room
 
 
 def free_port():
@@ -171,6 +175,25 @@ def deployment(tmp_path_factory):
         down(SANDBOX)
 
 
+def alert_rule(server, name):
+    """The rule `name` as Prometheus's /api/v1/rules reports it: state (inactive, pending, firing), alerts."""
+    rules = [r for g in server.api("rules", type="alert")["groups"] for r in g["rules"] if r["name"] == name]
+    assert len(rules) == 1, f"{name}: {len(rules)} rules of that name loaded"
+    return rules[0]
+
+
+def kv_alert_on_decode(server):
+    """The KV transfer failure alert's rule while it is pending or firing for decode0, else None."""
+    rule = alert_rule(server, KV_ALERT)
+    alerts = [
+        a
+        for a in rule["alerts"]
+        if a["state"] in ("pending", "firing") and a["labels"].get("role") == "decode"
+        and a["labels"].get("instance") == "decode0"
+    ]  # fmt: skip
+    return rule if rule["state"] in ("pending", "firing") and alerts else None
+
+
 def on_host(command):
     return run(["ssh", "-F", str(ssh_config(SANDBOX)), HOST, command])
 
@@ -185,7 +208,7 @@ def traffic(deployment):
        the prefill fail (errors, retries, failed health checks).
     """
     router = f"http://{deployment['address']}:{ROUTER_PORT}"
-    statuses = []
+    statuses, faults = [], {}
     for i in range(REQUESTS):
         if i % 4 == 3:
             body = {"model": "deepseek-v4-flash", "messages": [{"role": "user", "content": f"question {i}"}],
@@ -203,11 +226,23 @@ def traffic(deployment):
     def one(text):
         return http("POST", f"{router}/generate", {"text": text, "sampling_params": {"max_new_tokens": 4}}, 60)[0]
 
+    faults["kv_alert_before"] = alert_rule(deployment["prometheus"], KV_ALERT)  # no failure yet: inactive
     try:
         # systemd's manager environment reaches units started after it is set
         on_host("systemctl set-environment SGLANG_SIM_FAIL=handoff:drop && systemctl restart sglang-prefill0")
         wait_until(ready, 120, "router ready with the dropping prefill")
         print(f"prefill dropping KV transfers: {[one(f'drop {i}') for i in range(2)]}")
+        # Before the prefill is stopped (its failed bootstraps raise the same alert): only the dropped transfers
+        # can raise it here. Decode counts them (sglang:num_transfer_failed_reqs_total{role="decode"}).
+        deadline = time.monotonic() + KV_ALERT_WAIT
+        kv_alert = kv_alert_on_decode(deployment["prometheus"])
+        while kv_alert is None and time.monotonic() < deadline:
+            time.sleep(1)
+            kv_alert = kv_alert_on_decode(deployment["prometheus"])
+        faults["kv_alert_during_drop"] = kv_alert or alert_rule(deployment["prometheus"], KV_ALERT)
+        faults["transfer_failed"] = deployment["prometheus"].query(
+            'sglang:num_transfer_failed_reqs_total{cluster="mon",role="decode"}'
+        )
     finally:
         on_host("systemctl unset-environment SGLANG_SIM_FAIL && systemctl restart sglang-prefill0")
     wait_until(ready, 120, "router ready again")
@@ -223,7 +258,7 @@ def traffic(deployment):
     for _unused in range(4):
         one("more")
     time.sleep(6)  # three scrapes at 2 s
-    return statuses
+    return {"statuses": statuses, **faults}
 
 
 def test_every_generated_target_is_up(deployment, traffic):
@@ -297,3 +332,23 @@ def test_every_alert_expression_returns_data_or_is_proven_by_promtool(deployment
     print("alert states: " + ", ".join(f"{r['name']}={r['state']}" for g in state for r in g["rules"]))
     assert not unproven
     assert not no_series, f"alert expressions over series that were never scraped: {no_series}"
+
+
+def test_the_kv_transfer_failure_alert_fires_while_the_prefill_drops_its_transfers(deployment, traffic):
+    """The live rule in the real Prometheus: inactive after the normal traffic, firing (it has no `for:`) for
+    decode0 while the prefill drops its KV transfers, before the prefill is stopped; still firing after the faults
+    (its window is 5m)."""
+    before = traffic["kv_alert_before"]
+    assert before["state"] == "inactive", f"{KV_ALERT} before any fault: {before}"
+    during = traffic["kv_alert_during_drop"]
+    counted = {r["metric"]["instance"]: float(r["value"][1]) for r in traffic["transfer_failed"]}
+    print(f"{KV_ALERT} while the prefill dropped KV transfers: {during['state']} {during['alerts']}; "
+          f"decode's failed transfers then: {counted}")  # fmt: skip
+    assert counted.get("decode0", 0) >= 1, f"decode counted no failed KV transfer: {traffic['transfer_failed']}"
+    assert during["state"] == "firing", f"{KV_ALERT} was not firing within {KV_ALERT_WAIT}s of the fault: {during}"
+    firing = [a for a in during["alerts"] if a["state"] == "firing"]
+    on_decode = [a for a in firing if (a["labels"]["role"], a["labels"]["instance"]) == ("decode", "decode0")]
+    assert len(on_decode) == 1, during
+    assert on_decode[0]["annotations"]["summary"] == f"KV transfers failing on decode decode0 ({HOST})", on_decode
+    after = alert_rule(deployment["prometheus"], KV_ALERT)
+    assert after["state"] == "firing", f"{KV_ALERT} after the faults: {after}"
