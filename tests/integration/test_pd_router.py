@@ -21,7 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import openai
 import pytest
+import sglang_router  # noqa: F401  (the real router's package: missing, the module fails; it is never skipped)
 
 PDSIM_SRC = Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"
 if str(PDSIM_SRC) not in sys.path:
@@ -430,7 +432,6 @@ def test_sim_failure_injection(pd_launcher):
 
 @pytest.fixture
 def pd_stack(pd_launcher, capsys):
-    pytest.importorskip("sglang_router")
     # a prefill waits for its decode to connect for the room (sglang's bootstrap queue) up to sglang's own
     # SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (300 s): short here, for the decode-is-down case
     prefill = pd_launcher.sim("prefill", env={"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "1"})
@@ -529,8 +530,6 @@ def test_router_parallel_sampling_n2_fails_as_sglang_0_5_23(pd_launcher, capsys,
     (and host/port lists); sglang 0.5.23 sends the warmup and both samples with bootstrap_room[0]
     (io_struct.py _normalize_bootstrap_params, tokenizer_manager.py _handle_batch_request), the samples
     never get KV and the decode answers HTTP 500 (a KVTransferError) once its wait times out."""
-    openai = pytest.importorskip("openai")
-    pytest.importorskip("sglang_router")
     env = {"SGLANG_SIM_HANDOFF_TIMEOUT": "0.5"}
     prefill = pd_launcher.sim("prefill", env=env)
     decode = pd_launcher.sim("decode", env=env)
