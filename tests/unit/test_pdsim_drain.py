@@ -16,7 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"
 
 from pdsim_testing import http
 
-SLOW = {"SGLANG_SIM_TOKEN_LATENCY": "0.05"}  # 20 tokens: about 1 s in flight
+POLL = {"SGLANG_SIM_DRAIN_POLL": "0.05"}  # the SIGTERM watchdog period (sglang: 5 s)
+SLOW = {"SGLANG_SIM_TOKEN_LATENCY": "0.05", **POLL}  # 20 tokens: about 1 s in flight
 
 
 def start_request(sim, tokens: int = 20) -> tuple[threading.Thread, dict]:
@@ -73,7 +74,7 @@ def test_sigterm_finishes_in_flight_request_then_exits_0(sims):
 
 
 def test_sigterm_when_idle_exits_at_once(sims):
-    sim = sims.start("decode")
+    sim = sims.start("decode", env=POLL)
     t0 = time.monotonic()
     sim.popen.send_signal(signal.SIGTERM)
     assert sim.popen.wait(5) == 0

@@ -59,7 +59,7 @@ def test_kv_transfer_size_and_time(knobs, tokens, nbytes, seconds):
 def test_knobs_from_environment_with_defaults_and_problems():
     default = load_knobs({})
     assert (default.prefill_token_latency, default.prefill_slots, default.decode_batch_factor) == (0.0, 1, 0.0)
-    assert (default.kv_transfer_gbps, default.kv_bytes_per_token, default.drain_poll) == (20.0, 35136, 0.05)
+    assert (default.kv_transfer_gbps, default.kv_bytes_per_token, default.drain_poll) == (20.0, 35136, 5.0)
     knobs = load_knobs({"SGLANG_SIM_PREFILL_TOKEN_LATENCY": "0.001", "SGLANG_SIM_PREFILL_SLOTS": "0",
                         "SGLANG_SIM_DECODE_BATCH_FACTOR": "0.25", "SGLANG_SIM_KV_TRANSFER_GBPS": "fast"})  # fmt: skip
     assert (knobs.prefill_token_latency, knobs.prefill_slots, knobs.decode_batch_factor) == (0.001, 0, 0.25)

@@ -63,12 +63,13 @@ class Sim:
             return ""
 
     def wait_healthy(self, timeout: float = 10.0) -> None:
+        """Until /ready answers 200 (server status Up): as quick as /health is slow (a generation, about 1 s)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
                 raise RuntimeError(f"simulator exited {self.popen.returncode}:\n{self.log()[-2000:]}")
             try:
-                if http("GET", self.url("/health"), timeout=1)[0] == 200:
+                if http("GET", self.url("/ready"), timeout=1)[0] == 200:
                     return
             except OSError:
                 pass

@@ -26,6 +26,7 @@ from sglang_pd_sim import SGLANG_VERSION, __version__
 from sglang_pd_sim.bootstrap import BootstrapHandler
 from sglang_pd_sim.cli import load_knobs, parse_args
 from sglang_pd_sim.httpbase import SimHTTPServer
+from sglang_pd_sim.lifecycle import ServerStatus
 from sglang_pd_sim.state import SimState
 from sglang_pd_sim.worker import WorkerHandler
 
@@ -41,39 +42,58 @@ def _configure_logging(level_name: str) -> None:
     log.propagate = False
 
 
-def _loader(state: SimState) -> None:
+def _load_weights(state: SimState) -> bool:
+    """sglang/srt/entrypoints/engine.py Engine._launch_subprocesses: the schedulers load the weights while the
+    main process waits (scheduler_init_result.wait_for_ready) before http_server.py starts uvicorn, so the HTTP
+    port is not listening meanwhile. False when stopped (SIGINT) during the load."""
     delay = state.knobs.startup_delay
     if delay:
         log.info("Loading weights (simulated, %.1fs) ...", delay)
         if state.stop.wait(delay):
-            return
+            return False
     if state.knobs.startup_exit:
         log.error("SGLANG_SIM_FAIL startup:exit: simulated failure while loading weights (exit 1)")
+        state.life.log_exit(state, "startup-exit")
         logging.shutdown()
         os._exit(1)
-    state.ready.set()
+    return True
+
+
+def _wait_and_warmup(state: SimState) -> None:
+    """sglang/srt/entrypoints/http_server.py _wait_and_warmup / _execute_server_warmup: once the HTTP server runs,
+    a warm-up generation (SGLANG_SIM_WARMUP_DELAY here) while the status is Starting (/health 503), then Up;
+    --skip-server-warmup: Up at once."""
+    delay = state.knobs.warmup_delay
+    if delay and not getattr(state.args, "skip_server_warmup", False):
+        log.info("Warming up (simulated, %.1fs) ...", delay)
+        if state.stop.wait(delay):
+            return
+    state.life.set_status(ServerStatus.Up)
     log.info("The server is fired up and ready to roll! (%.2fs after start)", time.time() - state.started)
 
 
-def _drain(state: SimState) -> None:
-    """sglang/srt/managers/tokenizer_manager.py `sigterm_watchdog` (0.5.23): once SIGTERM set gracefully_exit,
-    poll the in-flight requests (every 5 s there; SGLANG_SIM_DRAIN_POLL here) until none is left, then exit 0.
-    No time limit, as there (the service manager's stop timeout is the limit); SGL_FORCE_SHUTDOWN=1|true
-    skips the wait. SIGINT still stops at once."""
+def _drain(state: SimState) -> str:
+    """sglang/srt/managers/tokenizer_manager.py `sigterm_watchdog` (0.5.23), once it saw gracefully_exit: every
+    period (5 s there; SGLANG_SIM_DRAIN_POLL here) exit at once if the server status is UnHealthy (a failed
+    health check: in-flight requests are cut) or SGL_FORCE_SHUTDOWN=1|true, else log the remaining requests and
+    exit once none is left. No time limit, as there (the service manager's stop timeout is the limit)."""
     force = os.environ.get("SGL_FORCE_SHUTDOWN", "").strip().lower() in ("1", "true")
-    last = None
     while not state.stop.is_set():
-        if force:
-            log.error("Signal SIGTERM received while force shutdown flag set. Force exiting.")
-            return
         with state.lock:
             remaining = state.inflight
-        if remaining != last:
-            log.info("Gracefully exiting... Remaining number of requests %d.", remaining)
-            last = remaining
+        if state.life.status is ServerStatus.UnHealthy:
+            log.error("Signal SIGTERM received while health check failed. Force exiting.")
+            return "unhealthy"
+        if force:
+            log.error("Signal SIGTERM received while force shutdown flag set. Force exiting.")
+            return "force-shutdown"
+        rids = [e["rid"] for e in state.life.in_flight()]
+        log.info("Gracefully exiting... Remaining number of requests %d. Remaining requests remaining_rids=%r.",
+                 remaining, rids)  # fmt: skip
         if remaining == 0:
-            return
+            return "drained"
         state.stop.wait(state.knobs.drain_poll)
+    return "stopped"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,17 +108,21 @@ def main(argv: list[str] | None = None) -> int:
     log.info("sim_knobs=%s", json.dumps(knobs.as_dict(), sort_keys=True))
 
     servers: list[SimHTTPServer] = []
-    try:
-        servers.append(SimHTTPServer((args.host, args.port), WorkerHandler, state, "http"))
-        if state.role == "prefill":
-            servers.append(
-                SimHTTPServer((args.host, args.disaggregation_bootstrap_port), BootstrapHandler, state, "bootstrap")
-            )
-    except OSError as exc:
-        log.error("cannot bind: %s", exc)
-        for srv in servers:
-            srv.server_close()
-        return 1
+
+    def serve(srv: SimHTTPServer) -> None:
+        servers.append(srv)
+        threading.Thread(
+            target=srv.serve_forever, kwargs={"poll_interval": 0.2}, name=srv.listener, daemon=True
+        ).start()
+
+    def on_sigterm_loading(signum, _frame):
+        # sglang installs its SIGTERM handler with the tokenizer manager's event loop, after the load: before
+        # that SIGTERM has its default action (the process ends at once, killed by the signal)
+        log.warning("Received SIGTERM while loading weights: terminated")
+        state.life.log_exit(state, "sigterm-while-loading")
+        logging.shutdown()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     def on_sigterm(signum, _frame):
         if state.draining.is_set():
@@ -106,36 +130,52 @@ def main(argv: list[str] | None = None) -> int:
             return
         # sglang/srt/managers/tokenizer_manager.py SignalHandler.sigterm_handler: set gracefully_exit
         log.warning("Received SIGTERM: draining requests and shutting down...")
+        state.life.on_sigterm()
         state.draining.set()
 
     def on_sigint(signum, _frame):
         log.info("Received %s, shutting down", signal.Signals(signum).name)
         state.stop.set()
 
-    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGTERM, on_sigterm_loading)
     signal.signal(signal.SIGINT, on_sigint)
 
-    for srv in servers:
-        threading.Thread(
-            target=srv.serve_forever, kwargs={"poll_interval": 0.2}, name=srv.listener, daemon=True
-        ).start()
-    log.info(
-        "role=%s listening on http://%s:%d%s",
-        state.role,
-        args.host,
-        args.port,
-        f", bootstrap server on {args.host}:{args.disaggregation_bootstrap_port}" if state.role == "prefill" else "",
-    )
-    threading.Thread(target=_loader, args=(state,), name="loader", daemon=True).start()
+    # tokenizer_manager.py init_disaggregation -> disagg_service.py start_disagg_service: a prefill's bootstrap
+    # server listens before the schedulers finish loading (Engine._launch_subprocesses waits after it)
+    if state.role == "prefill":
+        try:
+            serve(SimHTTPServer((args.host, args.disaggregation_bootstrap_port), BootstrapHandler, state, "bootstrap"))
+        except OSError as exc:
+            log.error("cannot bind the bootstrap server: %s", exc)
+            return 1
+        log.info("bootstrap server on %s:%d", args.host, args.disaggregation_bootstrap_port)
 
-    while not state.stop.wait(min(0.5, knobs.drain_poll)):
-        if state.draining.is_set():
-            _drain(state)
-            break
+    reason = "sigint"
+    if _load_weights(state):
+        try:
+            http_server = SimHTTPServer((args.host, args.port), WorkerHandler, state, "http")
+        except OSError as exc:  # uvicorn fails to bind after the load, as in sglang
+            log.error("cannot bind: %s", exc)
+            for srv in servers:
+                srv.shutdown()
+                srv.server_close()
+            return 1
+        state.ready.set()
+        state.life.listening_at = time.time()
+        signal.signal(signal.SIGTERM, on_sigterm)
+        serve(http_server)
+        log.info("role=%s listening on http://%s:%d", state.role, args.host, args.port)
+        threading.Thread(target=_wait_and_warmup, args=(state,), name="warmup", daemon=True).start()
+        # tokenizer_manager.py sigterm_watchdog: `while not gracefully_exit: await asyncio.sleep(5)`
+        while not state.stop.wait(knobs.drain_poll):
+            if state.draining.is_set():
+                reason = _drain(state)
+                break
     state.stop.set()  # ends long polls and simulated waits
     for srv in servers:
         srv.shutdown()
         srv.server_close()
+    state.life.log_exit(state, reason)
     log.info("Shutdown complete")
     logging.shutdown()
     return 0

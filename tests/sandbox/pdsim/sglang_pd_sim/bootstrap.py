@@ -16,6 +16,12 @@ class BootstrapHandler(BaseHandler):
         a = st.args
         if path == "/health" and self.command in ("GET", "HEAD"):
             self.send_text(200, "OK")
+        elif path == "/route" and self.command == "GET" and not st.ready.is_set():
+            # sglang/srt/disaggregation/common/conn.py CommonKVBootstrapServer._handle_route_get: 503 until every
+            # prefill rank registered (PUT /route), which the schedulers do once their weights are loaded; the
+            # server itself listens from the start (tokenizer_manager.py init_disaggregation, before
+            # entrypoints/engine.py Engine._launch_subprocesses waits for the schedulers)
+            self.send_text(503, "Prefill server not fully registered yet (0 workers registered).")
         elif path == "/route" and self.command == "GET":
             qs = parse_qs(urlsplit(self.path).query)
             engine_rank = int((qs.get("engine_rank") or ["-1"])[0])

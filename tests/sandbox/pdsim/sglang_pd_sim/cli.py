@@ -23,7 +23,8 @@ FLAGS_TSV = "sglang_0_5_23_flags.tsv"
 
 KNOBS_HELP = """\
 simulator knobs (environment variables, never flags):
-  SGLANG_SIM_STARTUP_DELAY=S    seconds of simulated weight loading; /health answers 503 meanwhile (0)
+  SGLANG_SIM_STARTUP_DELAY=S    seconds of simulated weight loading; the HTTP port listens only after it (0)
+  SGLANG_SIM_WARMUP_DELAY=S     seconds of the warm-up after loading; /health answers 503 meanwhile (0)
   SGLANG_SIM_TOKEN_LATENCY=S    seconds per generated token on decode (and in null mode) (0)
   SGLANG_SIM_PREFILL_LATENCY=S  seconds of every prefill (prefill and null mode), before its KV is sent (0)
   SGLANG_SIM_HANDOFF_TIMEOUT=S  how long decode waits for prefill's KV of a bootstrap_room (30)
@@ -35,10 +36,14 @@ simulator knobs (environment variables, never flags):
   SGLANG_SIM_KV_BYTES_PER_TOKEN=N   simulated KV bytes per input token moved at a handoff (35136)
   SGLANG_SIM_KV_TRANSFER_GBPS=G simulated KV transfer speed, GB/s; 0 = instant (20)
   SGLANG_SIM_KV_CAPACITY_TOKENS=N   KV pool size in tokens, for sglang:token_usage (524288)
-  SGLANG_SIM_DRAIN_POLL=S       seconds between in-flight checks while draining on SIGTERM (0.05; sglang: 5)
+  SGLANG_SIM_DRAIN_POLL=S       period of the SIGTERM watchdog (checks SIGTERM, then in-flight requests) (5, as sglang)
+  SGLANG_SIM_STALL_AFTER=S      the scheduler stalls S seconds after the server is up (unset: never)
+  SGLANG_SIM_STALL_FOR=S        how long the stall lasts (unset, empty or inf: for good)
+  sglang's own: SGLANG_HEALTH_CHECK_TIMEOUT=N (20), SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION (true),
+  SGL_FORCE_SHUTDOWN
   SGLANG_SIM_FAIL=LIST          failure injection, comma-separated:
       generate:CODE   every generation request answers HTTP CODE (e.g. generate:500)
-      health:CODE     /health and /health_generate answer CODE (e.g. health:503)
+      health:CODE     /health and /health_generate answer CODE at once (a static override; not 200: UnHealthy)
       crash-after:N   the process dies (exit 1, no cleanup) after N generation requests
       handoff:drop    prefill never completes a KV transfer (decode then times out)
       startup:exit    the process exits 1 at the end of the start-up delay (a failed load)
@@ -350,7 +355,12 @@ class Knobs:
     kv_bytes_per_token: int = 35136
     kv_transfer_gbps: float = 20.0
     kv_capacity_tokens: int = 524288
-    drain_poll: float = 0.05
+    drain_poll: float = 5.0
+    warmup_delay: float = 0.0
+    stall_after: float | None = None
+    stall_for: float | None = None  # None: for good
+    health_check_timeout: int = 20
+    health_endpoint_generation: bool = True
     architecture: str = "DeepseekV4ForCausalLM"
     fail_generate: int | None = None
     fail_health: int | None = None
@@ -379,6 +389,39 @@ def _env_float(env, name: str, default: float, problems: list[str]) -> float:
     return value
 
 
+def _env_optional(env, name: str, problems: list[str]) -> float | None:
+    """Seconds, or None when unset, empty or inf (never / for good)."""
+    value = _env_float(env, name, float("inf"), problems)
+    return None if value == float("inf") else value
+
+
+def _env_health_timeout(env, problems: list[str]) -> int:
+    """sglang/srt/entrypoints/http_server.py: HEALTH_CHECK_TIMEOUT = int(os.getenv("SGLANG_HEALTH_CHECK_TIMEOUT", 20))
+    (sglang fails to import on a non-integer; here a warning and the default)."""
+    raw = env.get("SGLANG_HEALTH_CHECK_TIMEOUT")
+    if raw in (None, ""):
+        return 20
+    try:
+        return int(raw)
+    except ValueError:
+        problems.append(f"SGLANG_HEALTH_CHECK_TIMEOUT={raw!r} is not an integer (sglang: int()); using 20")
+        return 20
+
+
+def _env_bool(env, name: str, default: bool, problems: list[str]) -> bool:
+    """sglang/srt/environ.py EnvBool.parse (and EnvField.get: an invalid value warns, the default is used)."""
+    raw = env.get(name)
+    if raw is None:
+        return default
+    value = raw.lower()
+    if value in ("true", "1", "yes", "y"):
+        return True
+    if value in ("false", "0", "no", "n"):
+        return False
+    problems.append(f'Invalid value for {name}: "{value}" is not a valid boolean value, using default "{default}"')
+    return default
+
+
 def load_knobs(env=None) -> Knobs:
     env = os.environ if env is None else env
     problems: list[str] = []
@@ -394,7 +437,13 @@ def load_knobs(env=None) -> Knobs:
         kv_bytes_per_token=int(_env_float(env, "SGLANG_SIM_KV_BYTES_PER_TOKEN", 35136, problems)),
         kv_transfer_gbps=_env_float(env, "SGLANG_SIM_KV_TRANSFER_GBPS", 20.0, problems),
         kv_capacity_tokens=int(_env_float(env, "SGLANG_SIM_KV_CAPACITY_TOKENS", 524288, problems)) or 524288,
-        drain_poll=_env_float(env, "SGLANG_SIM_DRAIN_POLL", 0.05, problems) or 0.05,
+        # tokenizer_manager.py sigterm_watchdog: asyncio.sleep(5) between its checks
+        drain_poll=_env_float(env, "SGLANG_SIM_DRAIN_POLL", 5.0, problems) or 5.0,
+        warmup_delay=_env_float(env, "SGLANG_SIM_WARMUP_DELAY", 0.0, problems),
+        stall_after=_env_optional(env, "SGLANG_SIM_STALL_AFTER", problems),
+        stall_for=_env_optional(env, "SGLANG_SIM_STALL_FOR", problems),
+        health_check_timeout=_env_health_timeout(env, problems),
+        health_endpoint_generation=_env_bool(env, "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", True, problems),
         architecture=env.get("SGLANG_SIM_ARCH") or "DeepseekV4ForCausalLM",
         raw_fail=env.get("SGLANG_SIM_FAIL", ""),
         problems=problems,

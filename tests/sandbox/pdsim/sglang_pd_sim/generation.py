@@ -109,6 +109,7 @@ class GenerationMixin(HandoffMixin):
         t0 = time.time()
         held = 0  # null mode: KV tokens its prefill left in the pool for the decode steps
         try:
+            st.life.wait_scheduler(st.stop)  # lifecycle.py: a stalled scheduler takes nothing in
             if st.role in ("prefill", "null"):
                 if st.role == "prefill":
                     for r in rooms:
@@ -120,6 +121,7 @@ class GenerationMixin(HandoffMixin):
                         return
                 with st.engine.prefill(input_tokens, st.stop) as queued:
                     st.metrics.queued(queued)
+                st.life.wait_scheduler(st.stop)  # a prefill that ran into a stall sends nothing
                 if st.role == "prefill":
                     try:
                         self.hand_off([as_room(r) for r in rooms], input_tokens)
@@ -331,8 +333,10 @@ class GenerationMixin(HandoffMixin):
         st = self.state
         last = None
         for i in range(n):
+            st.life.wait_scheduler(st.stop)  # lifecycle.py: no step while the scheduler is stalled
             if st.role != "prefill":
                 st.engine.step(held, items)
+            st.life.scheduler_output()  # tokenizer_manager.py handle_loop: last_receive_tstamp
             now = time.time()
             for _item in range(items):
                 if last is None:

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from sglang_pd_sim import __version__
+from sglang_pd_sim.lifecycle import GENERATION_ROUTES
 from sglang_pd_sim.state import SimState, as_room
 
 log = logging.getLogger("sglang_pd_sim")
@@ -105,6 +106,10 @@ class BaseHandler(BaseHTTPRequestHandler):
         t0 = time.time()
         self.reset_request_state()
         path = urlsplit(self.path).path
+        # a generation request that reached the service, for GET /sim/lifecycle (start, end, completed)
+        entry = None
+        if self.server.listener == "http" and self.command == "POST" and path in GENERATION_ROUTES:
+            entry = self.state.life.begin(None, path)
         try:
             self.route(path)
         except (BrokenPipeError, ConnectionResetError, ClientGone):
@@ -115,6 +120,9 @@ class BaseHandler(BaseHTTPRequestHandler):
             if self._status is None:
                 self.send_json(500, {"error": {"message": f"simulator error: {exc!r}"}})
         finally:
+            if entry is not None:
+                completed = self._finished and self._status == 200 and "client-gone" not in self._note
+                self.state.life.end(entry, rid=self._rid, status=self._status, completed=completed)
             if not path.startswith("/sim/"):
                 self.finish_request(path, t0)
 
@@ -184,11 +192,15 @@ class BaseHandler(BaseHTTPRequestHandler):
                 {
                     "role": self.state.role,
                     "ready": self.state.ready.is_set(),
+                    "server_status": self.state.life.status.value,
                     "knobs": self.state.knobs.as_dict(),
                     "handoff": self.state.handoff_info(),
                     "pid": os.getpid(),
                 },
             )
+            return True
+        if path == "/sim/lifecycle" and self.command == "GET":
+            self.send_json(200, self.state.life.snapshot(self.state))
             return True
         if path == "/sim/kv" and self.command == "GET":
             with self.state.lock:

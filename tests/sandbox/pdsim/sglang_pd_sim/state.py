@@ -11,6 +11,7 @@ from sglang_pd_sim import SGLANG_VERSION, __version__
 from sglang_pd_sim.cli import Knobs
 from sglang_pd_sim.collector import SimMetrics
 from sglang_pd_sim.engine import Engine
+from sglang_pd_sim.lifecycle import Lifecycle, ServerStatus
 
 MAX_RECORDS = 20000
 MAX_ROOMS = 100000
@@ -22,9 +23,9 @@ class SimState:
         self.knobs = knobs
         self.role = args.disaggregation_mode if args.disaggregation_mode in ("prefill", "decode") else "null"
         self.started = time.time()
-        self.ready = threading.Event()
+        self.ready = threading.Event()  # weights loaded: the HTTP port listens (warm-up may still run)
         self.stop = threading.Event()
-        self.draining = threading.Event()  # SIGTERM: health 503, in-flight requests finish, then exit 0
+        self.draining = threading.Event()  # SIGTERM: tokenizer_manager.gracefully_exit
         self.lock = threading.Lock()
         self.kv_changed = threading.Condition(self.lock)
         self.records: collections.deque = collections.deque(maxlen=MAX_RECORDS)
@@ -43,6 +44,12 @@ class SimState:
         self.tokenizer_path = args.tokenizer_path or args.model_path
         self.engine = Engine(knobs)
         self.metrics = SimMetrics(model_name=self.model_name, role=self.role, dp_size=args.dp_size or 1)
+        self.life = Lifecycle(knobs)
+
+    def is_ready(self) -> bool:
+        """sglang/srt/managers/tokenizer_manager.py is_ready / is_healthy: not paused, not gracefully exiting,
+        server status Up."""
+        return not self.life.is_pause and not self.draining.is_set() and self.life.status is ServerStatus.Up
 
     # records ---------------------------------------------------------------------------------------
     def record(self, entry: dict) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sglang_pd_sim.generation import GenerationMixin
+from sglang_pd_sim.health import HEALTH_PATHS, HealthMixin
 from sglang_pd_sim.info import InfoMixin
 from sglang_pd_sim.metrics import MetricsMixin
 
@@ -10,7 +11,7 @@ OPEN_PATHS = ("/health", "/health_generate", "/ready", "/metrics")  # stay open 
 GENERATION_PATHS = {"/generate": "generate", "/v1/completions": "completion", "/v1/chat/completions": "chat"}
 
 
-class WorkerHandler(GenerationMixin, InfoMixin, MetricsMixin):
+class WorkerHandler(GenerationMixin, HealthMixin, InfoMixin, MetricsMixin):
     def route(self, path: str) -> None:
         st = self.state
         if self.sim_routes(path):
@@ -18,21 +19,10 @@ class WorkerHandler(GenerationMixin, InfoMixin, MetricsMixin):
         if not path.startswith(OPEN_PATHS) and not self.authorized():
             self.send_json(401, {"error": "Unauthorized"})
             return
-        if path in ("/health", "/health_generate", "/ready"):
-            if self.command not in ("GET", "HEAD"):
-                self.send_json(405, {"detail": "Method Not Allowed"})
-            elif st.knobs.fail_health is not None:
-                self.send_text(st.knobs.fail_health, "simulated health failure")
-            elif st.draining.is_set():
-                # sglang/srt/entrypoints/http_server.py: /health* and /ready answer 503 once SIGTERM set
-                # tokenizer_manager.gracefully_exit; everything else keeps being served while in-flight
-                # requests drain (new generation requests too: sglang does not refuse them).
-                self._note = "draining"
-                self.send_bytes(503, b"", "text/plain; charset=utf-8")
-            elif not st.ready.is_set():
-                self.send_text(503, "Server is loading the model weights")
-            else:
-                self.send_bytes(200, b"", "text/plain; charset=utf-8")
+        if path in HEALTH_PATHS:
+            # health.py: sglang/srt/entrypoints/http_server.py health_generate and ready. While draining every
+            # other route keeps being served (new generation requests too: sglang does not refuse them).
+            self.health_route(path)
             return
         if not st.ready.is_set():
             self.send_json(503, {"error": {"message": "The server is not ready yet (loading weights)."}})
