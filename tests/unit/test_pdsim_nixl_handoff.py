@@ -67,3 +67,82 @@ def test_rooms_go_through_real_nixl_between_two_processes():
     assert result["ok"] is True and proc.returncode == 0, result
     assert [d["bytes_verified"] for d in result["decode"]] == [4 * 2**20] * 3
     assert {d["peer"] for d in result["decode"]} == {"sim-prefill"}
+
+
+def test_glue_is_a_no_op_when_off():
+    assert nh.decode_offer("mooncake", 1, 100, 35136) is None
+    assert nh.prefill_write("mooncake", [1]) is None
+    assert nh.decode_verify("mooncake", 1) is None
+    nh.release("mooncake", 1)
+    assert nh.status("mooncake") == (False, "transfer backend is 'mooncake', not nixl")
+
+
+def test_send_offer_reaches_accept_offer_over_http():
+    import http.server  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    class Bootstrap(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # what the bootstrap server's POST /sim/kv/<room>/nixl route does
+            room = int(self.path.split("/")[3])
+            nh.accept_offer(room, json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Bootstrap)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        offer = {"room": 42, "agent": "sim-decode-1", "nbytes": 10, "meta": "bWV0YQ==", "descs": "ZA=="}
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        nh.send_offer(direct, f"127.0.0.1:{server.server_address[1]}", 42, offer)
+        assert nh._OFFERS.pop(42) == offer
+    finally:
+        server.shutdown()
+    with pytest.raises(ValueError, match="needs agent, meta, descs and nbytes"):
+        nh.accept_offer(1, {"agent": "x"})
+
+
+GLUE = """
+import json, multiprocessing, os, sys
+from sglang_pd_sim import nixl_handoff as nh
+ctx = multiprocessing.get_context("fork")
+a, b = ctx.Pipe()
+def decode(conn):
+    offers = [nh.decode_offer("nixl", r, 1000, 1000) for r in (5, 6)]
+    conn.send(offers)
+    conn.recv()  # the prefill says: transferred
+    conn.send([nh.decode_verify("nixl", r, 10) for r in (5, 6)])
+    conn.recv()
+p = ctx.Process(target=decode, args=(b,), daemon=True)
+p.start()
+for o in a.recv():
+    nh.accept_offer(o["room"], o)
+w = nh.prefill_write("nixl", [5, 6, 7])  # 7: no offer, not written
+a.send("transferred")
+v = a.recv()
+a.send("done")
+p.join(10)
+print("GLUE " + json.dumps({"write": w, "verify": v}), flush=True)
+os._exit(0)
+"""
+
+
+def test_glue_moves_rooms_through_real_nixl():
+    proc = subprocess.run(
+        [_nixl_python(), "-c", GLUE],
+        cwd=PDSIM,
+        env={**os.environ, "PYTHONPATH": str(PDSIM)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("GLUE ")), None)
+    assert line, proc.stdout[-2000:] + proc.stderr[-2000:]
+    got = json.loads(line.split(" ", 1)[1])
+    assert got["write"]["rooms"] == 2 and got["write"]["bytes"] == 2 * 10**6
+    assert [v["bytes_verified"] for v in got["verify"]] == [10**6, 10**6]

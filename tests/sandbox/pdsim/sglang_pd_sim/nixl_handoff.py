@@ -12,6 +12,12 @@ SGLANG_SIM_KV_NIXL=0 turns it off (the HTTP handoff alone, as before); nothing h
 
 Pure standard library until used: nixl is imported lazily, and `available()` says why it cannot be used.
 
+The glue (what the simulator's handoff calls; each a no-op answering None where NIXL is off):
+  decode:  offer = decode_offer(backend, room, input_tokens, per_token); send_offer(opener, netloc, room, offer)
+           ... the prefill says "transferred" ... decode_verify(backend, room) (release(backend, room) on failure)
+  prefill: the POST /sim/kv/<room>/nixl route calls accept_offer(room, body);
+           hand_off calls prefill_write(backend, rooms) -> {bytes, seconds, rooms} or None
+
   available(backend, env)      (bool, why): nixl backend asked, not turned off, nixl._api imports
   kv_nbytes(tokens, per_token, cap)   bytes written for a room (SGLANG_SIM_KV_NIXL_MAX_MIB caps it, 64)
   pattern(room, nbytes)        the bytes the prefill writes for a room
@@ -266,6 +272,107 @@ class PrefillKV:
         if state != "DONE":
             raise NixlHandoffError(f"bootstrap_room={room}: NIXL WRITE to {remote} ended in state {state}")
         return {"bytes": nbytes, "seconds": seconds, "gbps": nbytes / seconds / 1e9 if seconds > 0 else None}
+
+
+# ------------------------------------------------------------------------------------------------
+# The glue the simulator's handoff calls (one DecodeKV or PrefillKV per process, created at first use).
+# Every function is a no-op answering None where available() says no, so call sites need no other check.
+
+_GLUE_LOCK = threading.Lock()
+_SIDES = {}
+_OFFERS = {}  # prefill: room -> the offer its decode POSTed (kept until the room is written or dropped)
+_STATUS = {}
+
+
+def enabled(backend):
+    """available(backend), decided once per process (and logged by the caller via status())."""
+    with _GLUE_LOCK:
+        if backend not in _STATUS:
+            _STATUS[backend] = available(backend)
+        return _STATUS[backend][0]
+
+
+def status(backend):
+    """(on, why) as enabled() decided it."""
+    enabled(backend)
+    return _STATUS[backend]
+
+
+def _side(kind):
+    with _GLUE_LOCK:
+        if kind not in _SIDES:
+            name = f"sim-{kind}-{os.getpid()}"
+            _SIDES[kind] = DecodeKV(name) if kind == "decode" else PrefillKV(name)
+        return _SIDES[kind]
+
+
+def decode_offer(backend, room, input_tokens, per_token):
+    """Decode: a slot for the room's KV and the offer to POST to the prefill; None when off or no slot free."""
+    if not enabled(backend):
+        return None
+    dec = _side("decode")
+    return dec.offer(room, kv_nbytes(input_tokens, per_token, dec.slot_bytes))
+
+
+def send_offer(opener, netloc, room, offer, timeout=5.0):
+    """Decode: POST the offer to the prefill's bootstrap server (POST /sim/kv/<room>/nixl)."""
+    import json  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    req = urllib.request.Request(
+        f"http://{netloc}/sim/kv/{int(room)}/nixl",
+        data=json.dumps(offer).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with opener.open(req, timeout=timeout) as resp:
+        resp.read()
+
+
+def accept_offer(room, offer):
+    """Prefill (the POST /sim/kv/<room>/nixl route): keep the decode's offer for the room's write."""
+    if not isinstance(offer, dict) or not {"agent", "meta", "descs", "nbytes"} <= offer.keys():
+        raise ValueError("a NIXL offer needs agent, meta, descs and nbytes")
+    with _GLUE_LOCK:
+        _OFFERS[int(room)] = offer
+
+
+def prefill_write(backend, rooms, timeout=30.0):
+    """Prefill: WRITE every room that has an offer; {bytes, seconds, rooms} in all, or None when nothing
+    went through NIXL (off, or no decode offered). Raises NixlHandoffError when a write fails."""
+    if not enabled(backend):
+        return None
+    with _GLUE_LOCK:
+        offers = [(r, _OFFERS.pop(int(r), None)) for r in rooms]
+    offers = [(r, o) for r, o in offers if o is not None]
+    if not offers:
+        return None
+    pre = _side("prefill")
+    done = [pre.write(r, o, timeout) for r, o in offers]
+    return {"bytes": sum(d["bytes"] for d in done), "seconds": sum(d["seconds"] for d in done), "rooms": len(done)}
+
+
+def decode_verify(backend, room, timeout=5.0):
+    """Decode, once the prefill says the room is transferred: wait for the notification and check every
+    byte; the result dict, or None when the room went without NIXL. Raises NixlHandoffError."""
+    if not enabled(backend):
+        return None
+    dec = _side("decode")
+    if room not in dec.rooms:
+        return None
+    return dec.wait(room, timeout)
+
+
+def release(backend, room):
+    """Decode: give the room's slot back (its handoff failed or was abandoned)."""
+    if enabled(backend):
+        _side("decode").release(room)
+
+
+def drop_offer(room):
+    """Prefill: forget a room's offer (the request failed before the write)."""
+    with _GLUE_LOCK:
+        _OFFERS.pop(int(room), None)
 
 
 def selftest(mib=8.0, rooms=(7, 8, 9), timeout=60.0):
