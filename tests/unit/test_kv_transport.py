@@ -445,9 +445,11 @@ def test_module_dram_failure_warns_on_auto_and_fails_on_dram(host, capsys, monke
     bad.write_text(kt.RESULT_MARKER + json.dumps({"mem": "dram", "ok": False, "error": "target failed: boom"}) + "\n")
     args = _dram_args(host, "default", nvidia_smi_path=str(tmp_path / "no-smi"))
     args["env"]["KVFAKE_LOG"] = str(bad)
+    warned = []
+    monkeypatch.setattr(module.AnsibleModule, "warn", lambda self, msg, **kw: warned.append(msg))
     rc, out = run_module(args, capsys)
-    assert rc == 0 and out["pairs"][0]["ok"] is False
-    assert "target failed: boom" in json.dumps(out.get("warnings")), out
+    assert rc == 0 and out["pairs"][0]["ok"] is False and out["msg"].startswith("DRAM probe FAILED in ")
+    assert len(warned) == 1 and "failed: target failed: boom (a warning: memory=auto fails only on" in warned[0]
     rc, out = run_module(dict(args, memory="dram"), capsys)
     assert rc == 1 and out["failed"] is True and "target failed: boom" in out["msg"]
 
