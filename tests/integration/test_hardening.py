@@ -2,10 +2,10 @@
 
 One sandbox host is converged with site.yml and secrets from an ansible-vault file (values with every
 character an environment file must escape). The tests then ask systemd and the guest's process table:
-`systemd-analyze security` exposure of every sglang-* unit at most 5.0, every process of those units runs
-as the unprivileged service user, the router answers only with its API key, neither secret shows on a
-command line, in a unit, in the run's output or in a --check --diff, the environment files are 0600 root,
-a killed service comes back, and a crash loop is stopped by the start limit.
+`systemd-analyze security` exposure of every sglang-* unit at most 5.0 and equal to what README.md says, every
+process of those units runs as the unprivileged service user, the router answers only with its API key, neither
+secret shows on a command line, in a unit, in the run's output or in a --check --diff, the environment files are
+0600 root, a killed service comes back, and a crash loop is stopped by the start limit.
 """
 
 import json
@@ -13,7 +13,7 @@ import re
 import time
 
 import pytest
-from sandbox_hosts import VENV_BIN, down, run, ssh_config, up, write_inventory
+from sandbox_hosts import REPO, VENV_BIN, down, run, ssh_config, up, write_inventory
 
 SANDBOX = "pytest-hardening"
 HOST = f"{SANDBOX}-1"
@@ -25,6 +25,16 @@ HF_TOKEN = "hf_s3cr$t-Tok`en"
 SECRETS = (API_KEY, HF_TOKEN)
 RESTART_SEC = 2  # short, so the crash tests take seconds
 ROUTER = "http://127.0.0.1:8000"
+
+
+def readme_exposures():
+    """{unit: exposure} as README.md documents them ("exposure in the sandbox: 1.7 for the workers, 1.1 for the
+    router"): the live values must equal what users read."""
+    text = " ".join((REPO / "README.md").read_text().split())
+    match = re.search(r"exposure in the sandbox: (\d+\.\d) for the workers, (\d+\.\d) for the router", text)
+    assert match, "README.md no longer says the sandbox's exposure values (How the services run)"
+    workers, router = float(match.group(1)), float(match.group(2))
+    return {"sglang-prefill0": workers, "sglang-decode0": workers, "sglang-router": router}
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +128,7 @@ def generate(sandbox, key):
     return http(sandbox, "/generate", body, key)
 
 
-def test_every_unit_exposure_is_at_most_5(sandbox, capsys):
+def test_every_unit_exposure_is_at_most_5_and_as_the_readme_says(sandbox, capsys):
     exposures = {}
     for unit in UNITS:
         out = on_host(sandbox, f"systemd-analyze security --no-pager {unit}.service")
@@ -128,6 +138,7 @@ def test_every_unit_exposure_is_at_most_5(sandbox, capsys):
     with capsys.disabled():  # shown in make test's output, not only on failure
         print("\n[hardening] systemd-analyze security exposure:", ", ".join(f"{u} {e}" for u, e in exposures.items()))
     assert all(e <= MAX_EXPOSURE for e in exposures.values()), exposures
+    assert exposures == readme_exposures(), f"live exposure {exposures}, README.md says {readme_exposures()}"
 
 
 def test_every_process_of_the_units_runs_as_the_service_user(sandbox):
