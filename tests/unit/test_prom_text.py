@@ -69,15 +69,39 @@ def test_in_flight_counts_what_a_worker_still_holds(text, want):
     assert prom_text.in_flight(text) == want
 
 
+IDLE = f"sglang:num_running_reqs{{{LABELS}}} 0\nsglang:num_queue_reqs{{{LABELS}}} 0"
+
+
+def held(tokens, transfers=5, **busy):
+    lines = [
+        IDLE,
+        f"sglang:num_used_tokens{{{LABELS}}} {tokens}",
+        f"sglang:kv_transfer_latency_ms_count{{{LABELS}}} {transfers}",
+    ]
+    lines += [f"sglang:{name}{{{LABELS}}} {value}" for name, value in busy.items()]
+    return "\n".join(lines)
+
+
 @pytest.mark.parametrize(
-    ("text", "want"),
+    ("before", "after", "want"),
     [
-        (f"sglang:num_used_tokens{{{LABELS}}} 0\nsglang:num_running_reqs{{{LABELS}}} 0", 0),  # idle
-        (f"sglang:num_used_tokens{{{LABELS}}} 768\nsglang:num_running_reqs{{{LABELS}}} 0", 768),  # stranded
-        (f"sglang:num_used_tokens{{{LABELS}}} 768\nsglang:num_prefill_inflight_queue_reqs{{{LABELS}}} 1", 0),  # busy
-        (f"sglang:num_used_tokens{{{LABELS}}} 768", 0),  # no scheduler gauges: cannot tell, so not named
-        ("", 0),
+        (held(0), held(0), 0),  # idle
+        (held(768), held(768), 768),  # stranded: held, nothing busy, no transfer in between
+        # a room sitting in the in-flight (transfer) queue is what a stranded room looks like
+        (held(768, num_prefill_inflight_queue_reqs=1), held(768, num_prefill_inflight_queue_reqs=1), 768),
+        (held(768), held(768, transfers=6), 0),  # a transfer completed in between: KV is moving
+        (held(768, num_running_reqs=1), held(768), 0),  # busy at the first reading
+        (held(768), held(768, num_prefill_bootstrap_queue_reqs=2), 0),  # waiting for decodes to connect
+        (held(0), held(768), 0),  # just arrived
+        (f"sglang:num_used_tokens{{{LABELS}}} 768", f"sglang:num_used_tokens{{{LABELS}}} 768", 0),  # cannot tell
+        ("", "", 0),
     ],
 )
-def test_stranded_tokens_are_used_tokens_of_an_idle_worker(text, want):
-    assert prom_text.stranded_tokens(text) == want
+def test_stranded_tokens_need_two_idle_readings_with_no_transfer(before, after, want):
+    assert prom_text.stranded_tokens(before, after) == want
+
+
+def test_stranded_tokens_take_a_pair_or_screen_one_reading():
+    assert prom_text.stranded_tokens([held(512), held(512)]) == 512  # as Jinja's zip hands a pair over
+    assert prom_text.stranded_tokens(held(512)) == 512  # one reading: a candidate
+    assert prom_text.stranded_tokens(held(512, num_running_reqs=2)) == 0
