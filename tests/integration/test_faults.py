@@ -25,6 +25,7 @@ import shlex
 import subprocess
 import time
 
+import faults
 import pytest
 from sandbox_hosts import REPO, VENV_BIN, down, run, ssh_config, up, write_inventory
 
@@ -38,9 +39,10 @@ QUICK = {
     "sglang_prefill_extra_env": {"SGLANG_SIM_TOKEN_LATENCY": TOKEN_LATENCY},
     "sglang_decode_extra_env": {"SGLANG_SIM_TOKEN_LATENCY": TOKEN_LATENCY},
 }
-# The fault load: 300 requests, 16 at a time, at most 20 starts/s (about 15 s, so the kill lands mid-load).
-FAULT_LOAD = ["run", "--requests", "300", "--concurrency", "16", "--rate", "20", "--timeout", "10",
-              "--deadline", "40", "--readiness"]  # fmt: skip
+# The fault load: 1400 requests, 16 at a time, at most 20 starts/s (about 70 s): the kill lands 2 s in, the killed
+# unit loads for faults.STARTUP_DELAY s before it serves again, and the load goes on past its recovery.
+FAULT_LOAD = ["run", "--requests", "1400", "--concurrency", "16", "--rate", "20", "--timeout", "10",
+              "--deadline", "80", "--readiness"]  # fmt: skip
 AFTER_LOAD = ["run", "--requests", "100", "--concurrency", "16", "--timeout", "10", "--deadline", "30"]
 KILL_AFTER = 2.0  # seconds into the load
 READY_TIMEOUT = 120  # the router's circuit breaker alone holds requests off for about 60 s
@@ -131,6 +133,8 @@ def phase_text(phase):
 def test_kill_9_under_load_recovers_and_then_nothing_fails(host, unit, capsys):
     wait_ready(host)  # a clean start: the previous fault is over
     restarts = int(unit_state(host, unit)["NRestarts"])
+    if unit != "sglang-router":  # the real router starts as fast as it does; a worker loads its weights first
+        on_host(host, faults.slow_start(unit))
     loader = subprocess.Popen(
         [*host["ssh"], shlex.join(["python3", GUEST_LOAD, *FAULT_LOAD])],
         stdout=subprocess.PIPE,
@@ -155,12 +159,14 @@ def test_kill_9_under_load_recovers_and_then_nothing_fails(host, unit, capsys):
         ready = wait_ready(host)  # while the load may still run
         out, err = loader.communicate(timeout=120)
     finally:
+        on_host(host, faults.normal_start(unit), check=False)
         if loader.poll() is None:
             loader.kill()
             loader.communicate()
     assert loader.returncode == 0, f"load failed ({loader.returncode}): {out}\n{err}"
     result = json.loads(out)
     split = split_errors(result, kill_at, ready["at"])
+    cost = faults.summary(result, kill_at, ready["at"])
     after = load(host, *AFTER_LOAD)
 
     readiness = " ".join(f"{t:+.1f}s:{seen}" for t, seen in result["readiness"])
@@ -174,7 +180,14 @@ def test_kill_9_under_load_recovers_and_then_nothing_fails(host, unit, capsys):
         f"Next batch: {ok_text(after)}. "
         f"/readiness during the load (s from its start): {readiness}",
     )
-    assert result["total"] == 300, f"the load stopped early: {result['total']} requests"
+    report(capsys, f"kill -9 {unit} (no redundancy): {cost['failed']}/{cost['sent']} failed, the last one started "
+                   f"{cost['last_failure_s']} s after the kill; ready again after {cost['recovery_s']} s")  # fmt: skip
+    assert result["total"] == 1400, f"the load stopped early: {result['total']} requests"
+    assert split["after"]["requests"] > 0, "the load ended before the deployment was ready again: nothing tested after"
+    role = unit.removeprefix("sglang-").rstrip("0123456789")
+    assert faults.over_budget(cost, role, False) == [], faults.over_budget(cost, role, False)
+    if unit != "sglang-router":
+        assert cost["recovery_s"] > faults.STARTUP_DELAY, f"{unit} served again before its weights loaded: {cost}"
     assert not split["before"]["errors"], f"requests failed before the kill: {split['before']}"
     assert not split["after"]["errors"], f"requests failed after the deployment was ready again: {split['after']}"
     assert after["total"] == 100 and after["ok"] == 100, f"the batch after recovery had failures: {after['errors']}"

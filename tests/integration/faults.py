@@ -1,0 +1,128 @@
+"""kill -9 under load: what the fault tests (test_faults.py, test_multihost.py) and tests/bench/error_budget.py share.
+
+A fault is judged on what the load itself recorded (tests/sandbox/load.py: one [start, end, status] per request
+sent, seconds since its t0) against a failure budget that depends on whether the killed role has a second instance
+serving meanwhile (redundancy):
+  - with redundancy the router must route around the dead instance: few requests fail (a share of those sent), and
+    none that starts later than the router's detection can (seconds after the kill);
+  - without redundancy every request fails until the instance is back; none may fail once the deployment is ready
+    again (readiness with every worker healthy and a good probe), nor start failing later than that.
+
+Realistic restart times: the simulator would come back in a second (RestartSec=1, no weights to load), which hides
+the router's detection. SLOW_START_DROPIN makes the killed unit's next start load "weights" for STARTUP_DELAY
+seconds, longer than the router needs to see it gone (health checks every sglang_router_health_check_interval,
+10 s, sglang_router_health_failure_threshold of them). It is a drop-in the test writes and removes, not a change of
+the unit the collection renders: the running process keeps its environment until systemd restarts it.
+"""
+
+import json
+
+STARTUP_DELAY = 35  # seconds of simulated weight loading after the kill (sglang: minutes)
+DROPIN_DIR = "/run/systemd/system/{unit}.service.d"  # runtime drop-ins: gone with a reboot, never in /etc
+DROPIN = "90-slow-start.conf"
+
+# (role, redundancy) -> (share of the requests sent that may fail, latest start of a failed request in s after the
+# kill). Without redundancy the second number is added to the recovery time (the kill until ready again).
+BUDGET = {
+    ("decode", True): (0.05, 12.0),
+    ("prefill", True): (0.10, 12.0),
+    ("decode", False): (1.0, 1.0),
+    ("prefill", False): (1.0, 1.0),
+    ("router", False): (1.0, 1.0),
+}
+
+# Published peer figures, beside ours in tests/bench/error_budget.py (Dynamo's fault-tolerance suite, 1P1D).
+PEERS = [
+    {"fault": "decode killed", "redundancy": "1P1D", "sent": 800, "failed": 600, "last_failure_s": None,
+     "recovery_s": None, "source": "Dynamo fault-tolerance suite: no recovery"},
+    {"fault": "prefill killed", "redundancy": "1P1D", "sent": None, "failed": 2, "last_failure_s": None,
+     "recovery_s": 42.0, "source": "Dynamo fault-tolerance suite"},
+]  # fmt: skip
+
+
+def slow_start(unit, seconds=STARTUP_DELAY):
+    """Shell: a runtime drop-in that makes UNIT's next start load for SECONDS, then daemon-reload."""
+    directory = DROPIN_DIR.format(unit=unit)
+    return (
+        f"mkdir -p {directory} && printf '[Service]\\nEnvironment=SGLANG_SIM_STARTUP_DELAY={seconds}\\n' "
+        f"> {directory}/{DROPIN} && systemctl daemon-reload"
+    )
+
+
+def normal_start(unit):
+    """Shell: remove slow_start's drop-in (the running process is not restarted)."""
+    return f"rm -f {DROPIN_DIR.format(unit=unit)}/{DROPIN} && systemctl daemon-reload"
+
+
+def summary(result, kill_at, ready_at=None):
+    """What one fault cost, from load.py's result: requests sent and failed, when the last failed request started
+    (seconds after the kill), the recovery (kill until ready again) when known."""
+    failed = [start for start, _end, status in result["timeline"] if status != "200"]
+    since = [result["t0"] + start - kill_at for start in failed]
+    return {
+        "sent": result["total"],
+        "failed": len(failed),
+        "errors": result["errors"],
+        "first_failure_s": round(min(since), 2) if since else None,
+        "last_failure_s": round(max(since), 2) if since else None,
+        "recovery_s": round(ready_at - kill_at, 2) if ready_at is not None else None,
+    }
+
+
+def over_budget(cost, role, redundancy):
+    """The ways COST (summary()) exceeds the budget of ROLE with or without redundancy: [] when within."""
+    share, late = BUDGET[(role, redundancy)]
+    problems = []
+    if cost["failed"] > share * cost["sent"]:
+        problems.append(f"{cost['failed']} of {cost['sent']} requests failed (budget {share:.0%})")
+    limit = late + ((cost["recovery_s"] or 0.0) if not redundancy else 0.0)
+    if cost["last_failure_s"] is not None and cost["last_failure_s"] > limit:
+        problems.append(
+            f"a request that started {cost['last_failure_s']} s after the kill failed (budget {limit:.1f} s)"
+        )
+    return problems
+
+
+# --- a planned restart, judged on the restarted worker's own record ------------------------------------------------
+# The simulator records every generation request it served (start, end, completed) and what it held at SIGTERM
+# (tests/sandbox/pdsim/sglang_pd_sim/lifecycle.py): GET /sim/lifecycle of the running process, and one
+# `sim_lifecycle={...}` line in the journal when a process exits. SLACK: a request the router sent just before the
+# watcher saw the worker leave (it polls GET /workers every 0.1 s) may start this much later.
+SLACK = 0.3
+
+
+def lifecycle_lines(journal):
+    """The sim_lifecycle records of the processes that exited, oldest first, from `journalctl -o cat` text."""
+    return [json.loads(line.split("sim_lifecycle=", 1)[1]) for line in journal.splitlines() if "sim_lifecycle=" in line]
+
+
+def out_window(routing, t0, url):
+    """(left, back) epoch seconds: when the router's healthy workers (load.py --workers) first lost URL, and when it
+    had URL again after that; None for one that did not happen."""
+    left = back = None
+    for t, state in routing:
+        present = url in state.split(",")
+        if left is None and not present:
+            left = t0 + t
+        elif left is not None and present:
+            back = t0 + t
+            break
+    return left, back
+
+
+def drain_problems(old, new, left, back):
+    """What a planned restart did wrong, from the stopped process's record OLD, the restarted one's NEW and the
+    window (LEFT, BACK) the worker was out of the router: requests that reached it while out, requests it held at
+    removal that did not complete, requests it still held at SIGTERM. Returns (problems, held at removal)."""
+    problems = []
+    held = [r for r in old["requests"] if r["start"] <= left and (r["end"] is None or r["end"] > left)]
+    reached = [r for r in old["requests"] if r["start"] > left + SLACK]
+    reached += [r for r in new["requests"] if back is None or r["start"] < back - SLACK]
+    if reached:
+        problems.append(f"{len(reached)} request(s) reached it while it was out of the router")
+    unfinished = [r for r in held if not r["completed"]]
+    if unfinished:
+        problems.append(f"{len(unfinished)} of the {len(held)} request(s) it held at removal did not complete")
+    if old.get("sigterm") and old["sigterm"]["in_flight"]:
+        problems.append(f"{old['sigterm']['in_flight']} request(s) still in flight at SIGTERM (no drain before it)")
+    return problems, held
