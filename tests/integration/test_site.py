@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sandbox_hosts import REPO, VENV_BIN, down, run, ssh_config, up, write_inventory
+from sandbox_hosts import REPO, VENV_BIN, debug_messages, down, run, ssh_config, up, write_inventory
 from unit_files import new_units_in_diff, parse_unit
 
 SANDBOX = "pytest-site"
@@ -19,6 +19,9 @@ HOST = f"{SANDBOX}-1"
 BARE = f"{SANDBOX}-2"
 UNITS = ["sglang-prefill0", "sglang-decode0", "sglang-router"]
 EXPECTED = yaml.safe_load((REPO / "tests/integration/expected/rtxpro6000-8x.yml").read_text())
+# What the sandbox lacks for the KV probe's GPU path, in the words of plugins/module_utils/kv_transport.py
+# (choose_memory): its GPUs are fake and the venv has no CUDA array library.
+SANDBOX_KV_REASON = "neither torch nor cupy in the venv to hold VRAM buffers"
 
 
 def recap(output):
@@ -35,7 +38,7 @@ def sandbox(tmp_path_factory):
     inv = write_inventory(tmp_path_factory.mktemp("inventory"), SANDBOX, HOST)
     first = run([str(VENV_BIN / "ansible-playbook"), "-i", str(inv), "site.yml"])
     print(f"first converge recap: {recap(first.stdout)}")
-    yield {"inventory": str(inv), "ssh_config": str(ssh_config(SANDBOX))}
+    yield {"inventory": str(inv), "ssh_config": str(ssh_config(SANDBOX)), "first": first.stdout}
     down(SANDBOX)
 
 
@@ -68,6 +71,29 @@ def test_rerun_changes_nothing_and_restarts_nothing(sandbox):
     assert recap(out)["changed"] == 0, out[-4000:]
     assert start_times(sandbox) == before
     assert re.search(r"The capital of France is -> +\S", out), "no answer through the router was printed"
+
+
+def task_messages(output, task):
+    """The debug messages of the task named `task` (its TASK block) in ansible-playbook output."""
+    blocks = re.findall(rf"^TASK \[[^\]]*: {re.escape(task)}\] \**\n(.*?)(?=^TASK |^PLAY )", output, re.M | re.S)
+    return [(host, msg) for block in blocks for host, msg in debug_messages(block)]
+
+
+def test_the_kv_probe_says_what_it_did_in_the_sandbox_and_why(sandbox):
+    """The first converge's KV probe line: without a CUDA array library the probe falls back to DRAM (host memory
+    to host memory through NIXL/UCX), passes, and says why and what it measured (README.md, site.yml step 4);
+    the host holds prefill and decode, so it is not "not run"."""
+    lines = task_messages(sandbox["first"], "Show what the KV transport probe measured")
+    print(f"KV probe: {lines}")
+    assert len(lines) == 1 and lines[0][0] == HOST, f"no single KV probe line for {HOST}: {lines}"
+    msg = lines[0][1]
+    assert re.match(
+        rf"DRAM probe passed in [\d.]+ s \(why DRAM: {re.escape(SANDBOX_KV_REASON)}\): "
+        r"KV transport probe DRAM \(no GPU: host memory, not the GPU path\): \d+ MiB NIXL WRITE .* over \S+ .*"
+        r"at [\d.]+ GB/s, \d+ bytes verified",
+        msg,
+    ), f"the KV probe line does not say that it probed DRAM, why, and what it measured: {msg!r}"
+    assert "KV probe: not run" not in sandbox["first"]
 
 
 def test_check_diff_shows_the_unit_diff_and_changes_nothing(sandbox):
