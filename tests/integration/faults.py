@@ -16,6 +16,7 @@ the unit the collection renders: the running process keeps its environment until
 """
 
 import json
+import os
 
 STARTUP_DELAY = 35  # seconds of simulated weight loading after the kill (sglang: minutes)
 DROPIN_DIR = "/run/systemd/system/{unit}.service.d"  # runtime drop-ins: gone with a reboot, never in /etc
@@ -38,6 +39,15 @@ PEERS = [
     {"fault": "prefill killed", "redundancy": "1P1D", "sent": None, "failed": 2, "last_failure_s": None,
      "recovery_s": 42.0, "source": "Dynamo fault-tolerance suite"},
 ]  # fmt: skip
+
+
+def record(fault, redundancy, cost):
+    """Appends one fault's cost as a JSON line to $DISAGG_FAULT_REPORT when set (tests/bench/error_budget.py runs
+    the fault tests with it and prints the table)."""
+    path = os.environ.get("DISAGG_FAULT_REPORT")
+    if path:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps({"fault": fault, "redundancy": redundancy, **cost}) + "\n")
 
 
 def slow_start(unit, seconds=STARTUP_DELAY):

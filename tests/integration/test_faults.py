@@ -182,6 +182,7 @@ def test_kill_9_under_load_recovers_and_then_nothing_fails(host, unit, capsys):
     )
     report(capsys, f"kill -9 {unit} (no redundancy): {cost['failed']}/{cost['sent']} failed, the last one started "
                    f"{cost['last_failure_s']} s after the kill; ready again after {cost['recovery_s']} s")  # fmt: skip
+    faults.record(f"kill -9 {unit.removeprefix('sglang-')}", "1P1D (none)", cost)
     assert result["total"] == 1400, f"the load stopped early: {result['total']} requests"
     assert split["after"]["requests"] > 0, "the load ended before the deployment was ready again: nothing tested after"
     role = unit.removeprefix("sglang-").rstrip("0123456789")

@@ -364,6 +364,7 @@ def test_kill_9_of_one_of_two_under_load(cluster, role, capsys):
                    f"the kill; the router let it go {None if left is None else round(left - kill_at, 1)} s after "
                    f"the kill and took it back after {cost['recovery_s']} s; "
                    f"NRestarts {restarts}->{restarted}")  # fmt: skip
+    faults.record(f"kill -9 {role}", "2P2D (one of two)", cost)
     assert ready["ready"], ready
     assert left is not None and back is not None, f"the router never let the dead {unit} go and took it back: {cost}"
     assert restarted == restarts + 1, f"systemd did not restart {unit} once: NRestarts {restarts}->{restarted}"
