@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ansible_collections.disagg.sglang.plugins.module_utils import prom_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"))
 
@@ -169,6 +170,12 @@ def test_nixl_strands_kv_of_a_decode_gone_before_transfer(sims):
         time.sleep(0.05)
     time.sleep(0.5)
     assert gauge(prefill, "sglang:token_usage") > 0.0  # the room's KV stays in the pool ...
+    # ... in the in-flight (transfer) queue, as sglang's prefill.py keeps it, with nothing running: what the
+    # collection's stranded-KV check (roles/sglang/tasks/stranded.yml) reads, in two readings apart
+    assert gauge(prefill, "sglang:num_prefill_inflight_queue_reqs") == 1.0
+    assert gauge(prefill, "sglang:num_running_reqs") == 0.0
+    first = prefill.metrics_text()
     on_prefill["thread"].join(10)
     assert "answer" not in on_prefill and isinstance(on_prefill["error"], TimeoutError)  # ... no answer in 8 s
     assert gauge(prefill, "sglang:token_usage") > 0.0  # still held: only a restart frees it
+    assert prom_text.stranded_tokens(first, prefill.metrics_text()) == gauge(prefill, "sglang:num_used_tokens") > 0

@@ -280,7 +280,10 @@ class GenerationMixin(HandoffMixin):
                         st.kv[r]["state"] = "stranded"
             log.warning("bootstrap_room=%s: decode gone before the NIXL transfer; KV held until restart", room)
             self._note = "kv-stranded"
-            st.stop.wait()  # never concluded: only a restart (the process ending) frees it
+            # prefill.py keeps the request in its in-flight (transfer) queue: sglang:num_prefill_inflight_queue_reqs
+            # counts it for good, as it does in sglang
+            with st.engine.transfer():
+                st.stop.wait()  # never concluded: only a restart (the process ending) frees it
             raise StrandedKV(room)
         raise HandoffError(
             f"KVTransferError(bootstrap_room={room}): Failed to send kv chunk of {room}: Decode instance could be "
