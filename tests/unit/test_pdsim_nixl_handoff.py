@@ -1,8 +1,7 @@
 """The simulator's optional NIXL handoff (tests/sandbox/pdsim/sglang_pd_sim/nixl_handoff.py).
 
-The pure parts run everywhere. The real two-process write needs a Python with nixl 1.5.1 (+ nixl-cu13): give
-it as SGLANG_SIM_NIXL_PYTHON (e.g. a scratch venv: `pip install --no-deps nixl==1.5.1 nixl-cu13==1.5.1 numpy`),
-otherwise that test is skipped (the project venv has no NIXL).
+The pure parts run everywhere. The real two-process write needs a Python 3.11 with nixl 1.5.1 (+ nixl-cu13):
+SGLANG_SIM_NIXL_PYTHON, or .cache/nixl-venv, which the test builds once (the project venv has no NIXL).
 """
 
 from __future__ import annotations
@@ -44,11 +43,35 @@ def test_sizes_and_pattern():
     assert nh.notif(12) == b"sim-kv:12"
 
 
+NIXL_VENV = Path(__file__).resolve().parents[2] / ".cache" / "nixl-venv"
+NIXL_PINS = ["nixl==1.5.1", "nixl-cu13==1.5.1", "numpy"]  # the sandbox's pins (tests/sandbox/wheelhouse.py)
+
+
 def _nixl_python():
+    """A Python 3.11 with nixl 1.5.1 (+ nixl-cu13): SGLANG_SIM_NIXL_PYTHON, or .cache/nixl-venv built once from the
+    real parser venv's interpreter (3.11, the wheels' ABI) with the machine's own pip configuration. Never skipped:
+    when it cannot be had, the test fails and says why."""
     python = os.environ.get("SGLANG_SIM_NIXL_PYTHON")
-    if not python:
-        pytest.skip("SGLANG_SIM_NIXL_PYTHON not set (a Python with nixl 1.5.1 + nixl-cu13 1.5.1)")
-    return python
+    if python:
+        return python
+    venv_python = NIXL_VENV / "bin" / "python"
+    stamp = NIXL_VENV / ".stamp"
+    if not (venv_python.is_file() and stamp.is_file() and stamp.read_text() == " ".join(NIXL_PINS)):
+        import real_parser_client as rpc  # noqa: PLC0415 (tests/sglang_parser, on sys.path by conftest)
+
+        try:
+            base, _seconds = rpc.ensure_venv()
+        except rpc.ParserUnavailable as exc:
+            pytest.fail(f"no Python 3.11 for the NIXL venv: {exc}", pytrace=False)
+        steps = [[str(base), "-m", "venv", "--clear", str(NIXL_VENV)],
+                 [str(venv_python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                  *NIXL_PINS]]  # fmt: skip
+        for step in steps:
+            proc = subprocess.run(step, capture_output=True, text=True, timeout=900, check=False)
+            if proc.returncode:
+                pytest.fail(f"building {NIXL_VENV} failed: {' '.join(step)}\n{proc.stderr[-2000:]}", pytrace=False)
+        stamp.write_text(" ".join(NIXL_PINS))
+    return str(venv_python)
 
 
 def test_rooms_go_through_real_nixl_between_two_processes():
