@@ -108,7 +108,7 @@ def stranded_tokens(before, after=None):
     conn.py check_status stays WaitingForInput; prefill.py keeps it in the in-flight queue without a timeout), so its
     tokens stay used until the prefill restarts. With one reading (AFTER None) it only screens: the same test on
     that reading alone."""
-    if isinstance(before, list | tuple):  # a [before, after] pair (as Jinja's zip hands it over)
+    if isinstance(before, (list, tuple)):  # a [before, after] pair (as Jinja's zip hands it over)
         before, after = before
     after = before if after is None else after  # one reading: a first screening of candidates
     readings = [before or "", after or ""]

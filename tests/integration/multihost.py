@@ -28,13 +28,18 @@ DECODE_INSTANCES = {
     3: {"name": "decode0", "tp": 4, "port": 30001, "dist_init_port": 30435},
     4: {"name": "decode1", "tp": 4, "port": 30011, "dist_init_port": 30445},
 }
-# Settings of the test run (not of the example): quick restarts, a little simulated decode time so the
-# rolling and fault loads have requests in flight, and a health wait short enough that a change whose workers never
-# become healthy is rolled back within a test (the simulators start in seconds).
+# Settings of the test run (not of the example): quick restarts, simulated prefill and decode time so the
+# rolling and fault loads have requests in flight on every worker, and a health wait short enough that a change
+# whose workers never become healthy is rolled back within a test (the simulators start in seconds).
 TEST_VARS = {
     "sglang_restart_sec": 1,
     "sglang_health_timeout": 45,
-    "sglang_prefill_extra_env": {"SGLANG_SIM_TOKEN_LATENCY": "0.005"},
+    # a prefill that takes 1 s (16 at once), so a prefill taken out of the router under load still holds requests
+    "sglang_prefill_extra_env": {
+        "SGLANG_SIM_TOKEN_LATENCY": "0.005",
+        "SGLANG_SIM_PREFILL_LATENCY": "1.0",
+        "SGLANG_SIM_PREFILL_SLOTS": "16",
+    },
     "sglang_decode_extra_env": {"SGLANG_SIM_TOKEN_LATENCY": "0.005"},
 }
 

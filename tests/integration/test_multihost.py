@@ -173,7 +173,7 @@ def started_at(host, unit):
 # The rolling load: 16 requests always in flight through the router, each about 1 s (200 tokens at the simulator's
 # 5 ms), so every instance holds requests when it is taken out, and the restart happens under work in flight.
 ROLLING_LOAD = ["--max-new-tokens", "200", "run", "--requests", "2500", "--concurrency", "16", "--timeout", "30",
-                "--deadline", "110", "--workers"]  # fmt: skip
+                "--deadline", "80", "--workers"]  # fmt: skip
 MIN_IN_FLIGHT = 12  # requests in flight through the router at every restart
 PORTS = {"sglang-prefill0": 30000, "sglang-prefill1": 30010, "sglang-decode0": 30001, "sglang-decode1": 30011}
 
@@ -325,10 +325,11 @@ def test_an_alive_but_unhealthy_decode_change_is_rolled_back_under_load(cluster,
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), (counts, again.stdout[-3000:])
 
 
-# kill -9 of one of two instances of a role under load through the router: 16 at a time, at most 20 starts/s, the kill
-# 3 s in. systemd brings the instance back after RestartSec=1 and STARTUP_DELAY s of simulated weight loading (a
-# runtime drop-in: tests/integration/faults.py), longer than the router needs to see it gone, so what is tested is
-# the router routing around a dead instance and taking it back, within the failure budget of faults.BUDGET.
+# kill -9 of one of two instances of a role under load through the router: 16 at a time, at most 20 starts/s, for
+# 70 s, the kill 3 s in. systemd brings the instance back after RestartSec=1 and STARTUP_DELAY s of simulated weight
+# loading (a runtime drop-in: tests/integration/faults.py), longer than the router needs to see it gone, so what is
+# tested is the router routing around a dead instance and taking it back, within the failure budget of
+# faults.BUDGET.
 KILL_LOAD = ["run", "--requests", "1200", "--concurrency", "16", "--rate", "20", "--timeout", "10", "--deadline", "70",
              "--workers"]  # fmt: skip
 KILL_AFTER = 3.0
@@ -369,7 +370,8 @@ def test_kill_9_of_one_of_two_under_load(cluster, role, capsys):
     assert left is not None and back is not None, f"the router never let the dead {unit} go and took it back: {cost}"
     assert restarted == restarts + 1, f"systemd did not restart {unit} once: NRestarts {restarts}->{restarted}"
     assert cost["recovery_s"] > faults.STARTUP_DELAY, f"{unit} came back before its weights loaded: {cost}"
-    assert cost["sent"] == 1200, f"the load stopped early: {cost['sent']} requests sent"
+    # The load ran on past the recovery: 16 at a time until its deadline (each request takes about 1.1 s).
+    assert cost["sent"] >= 600 and result["t0"] + result["elapsed"] > back, (cost, back)
     assert faults.over_budget(cost, role, True) == [], faults.over_budget(cost, role, True)
 
 

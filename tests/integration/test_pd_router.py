@@ -23,8 +23,9 @@ from pathlib import Path
 
 import openai
 import pytest
-import sglang_router  # noqa: F401  (the real router's package: missing, the module fails; it is never skipped)
+import sglang_router
 
+ROUTER_VERSION = sglang_router.__version__  # the real router's package: missing, the module fails (never skipped)
 PDSIM_SRC = Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"
 if str(PDSIM_SRC) not in sys.path:
     sys.path.insert(0, str(PDSIM_SRC))

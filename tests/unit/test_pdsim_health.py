@@ -205,7 +205,7 @@ def test_lifecycle_records_in_flight_at_sigterm_completed_and_quiet_windows(sims
     quiet_from = time.time()
     time.sleep(0.3)
     quiet_to = time.time()
-    threads = [in_background(lambda: generate(sim, tokens=20)) for _ in range(2)]  # about 1 s each
+    threads = [in_background(lambda: generate(sim, tokens=20)) for _thread in range(2)]  # about 1 s each
     wait_for(lambda: lifecycle(sim)["requests_open"] == 2, what="two requests in flight")
     live = lifecycle(sim)
     assert live["server_status"] == "Up" and live["requests_total"] == 3 and live["requests_completed"] == 1
