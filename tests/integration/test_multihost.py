@@ -16,7 +16,7 @@ import time
 import faults
 import pytest
 from multihost import TEST_VARS, sandbox_up_command, write_inventory
-from sandbox_hosts import REPO, VENV_BIN, down, run, ssh_config
+from sandbox_hosts import REPO, VENV_BIN, debug_messages, down, run, ssh_config
 
 SANDBOX = os.environ.get("DISAGG_MULTIHOST_SANDBOX", "clm")  # hosts clm-1..4
 pytestmark = pytest.mark.usefixtures("sandbox_root")  # not root: fails, never skips (conftest.py)
@@ -122,6 +122,19 @@ def test_requests_reach_every_worker_and_the_handoff_crosses_hosts(cluster):
         listening = on(decode["name"], "ss -Hltn")
         assert ":8998 " not in listening and ":9008 " not in listening
         print(f"{decode['name']}: {len(done)} requests, KV from {prefill['name']}")
+
+
+def test_the_kv_probe_says_why_it_does_not_run_on_hosts_without_both_roles(cluster):
+    if REUSE:
+        pytest.fail("DISAGG_MULTIHOST_REUSE: no converge in this session (development mode)")
+    why = "the probe measures a prefill GPU -> decode GPU pair on one host, so the KV path between hosts is not probed"
+    lines = {h: m for h, m in debug_messages(cluster["first"].stdout) if m.startswith("KV probe: not run")}
+    assert lines == {
+        **{h["name"]: f"KV probe: not run on {h['name']}: it holds no decode instance (prefill only); {why}"
+           for h in cluster["layout"]["prefill"]},
+        **{h["name"]: f"KV probe: not run on {h['name']}: it holds no prefill instance (decode only); {why}"
+           for h in cluster["layout"]["decode"]},
+    }, lines  # fmt: skip
 
 
 def report(capsys, line):
