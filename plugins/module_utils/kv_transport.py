@@ -197,6 +197,33 @@ def likely_cause(env, src, dst):
     return CAUSES["p2p"].format(src=src, dst=dst)
 
 
+def _verdict_fields(result, lane, src, dst, min_gbps):
+    """The fields every verdict reports, from the probe's result line and the lane UCX chose; "speed" is the raw
+    GB/s (None without timing), which the caller takes out once it has judged it."""
+    init = result.get("initiator") or {}
+    target = result.get("target") or {}
+    nbytes = result.get("bytes")
+    speed = gbps(nbytes, init.get("seconds"))
+    return {
+        "ok": False,
+        "src": src,
+        "dst": dst,
+        "lane": lane["lane"] if lane else None,
+        "lane_kind": lane["kind"] if lane else None,
+        "protocol": lane["protocol"] if lane else None,
+        "operation": lane["operation"] if lane else None,
+        "gbps": round(speed, 2) if speed is not None else None,
+        "speed": speed,
+        "min_gbps": min_gbps,
+        "bytes": nbytes,
+        "bytes_verified": target.get("bytes_verified"),
+        "seconds": init.get("seconds"),
+        "allocator": init.get("allocator"),
+        "notified": target.get("notified"),
+        "message": "",
+    }
+
+
 def decide(text, min_gbps, src=None, dst=None, env=None, *, mem=None):
     """The verdict on one probe's output (stdout and stderr together).
 
@@ -212,27 +239,9 @@ def decide(text, min_gbps, src=None, dst=None, env=None, *, mem=None):
     dst = result.get("dst", dst)
     env = dict(env or {}, **(result.get("env") or {}))
     lane = put_lane(parse_proto_tables(text))
-    init = result.get("initiator") or {}
-    target = result.get("target") or {}
-    nbytes = result.get("bytes")
-    speed = gbps(nbytes, init.get("seconds"))
-    out = {
-        "ok": False,
-        "src": src,
-        "dst": dst,
-        "lane": lane["lane"] if lane else None,
-        "lane_kind": lane["kind"] if lane else None,
-        "protocol": lane["protocol"] if lane else None,
-        "operation": lane["operation"] if lane else None,
-        "gbps": round(speed, 2) if speed is not None else None,
-        "min_gbps": min_gbps,
-        "bytes": nbytes,
-        "bytes_verified": target.get("bytes_verified"),
-        "seconds": init.get("seconds"),
-        "allocator": init.get("allocator"),
-        "notified": target.get("notified"),
-        "message": "",
-    }
+    out = _verdict_fields(result, lane, src, dst, min_gbps)
+    nbytes, speed, target = out["bytes"], out["speed"], result.get("target") or {}
+    del out["speed"]
     pair = f"GPU {src} -> GPU {dst}"
     if not result:
         out["message"] = f"KV transport probe {pair}: no result line from the probe (output tail: {_tail(text)})"
@@ -273,28 +282,9 @@ def decide_dram(text, result, min_gbps=None):
     printed the host->host put table and every byte arrived as written. The GB/s is reported, labelled
     DRAM_LABEL, and never compared with min_gbps (the floor for the GPU path)."""
     lane = put_lane(parse_proto_tables(text), mem="dram")
-    init = result.get("initiator") or {}
-    target = result.get("target") or {}
-    nbytes = result.get("bytes")
-    speed = gbps(nbytes, init.get("seconds"))
-    out = {
-        "ok": False,
-        "src": None,
-        "dst": None,
-        "memory": "DRAM",
-        "lane": lane["lane"] if lane else None,
-        "lane_kind": lane["kind"] if lane else None,
-        "protocol": lane["protocol"] if lane else None,
-        "operation": lane["operation"] if lane else None,
-        "gbps": round(speed, 2) if speed is not None else None,
-        "min_gbps": None,
-        "bytes": nbytes,
-        "bytes_verified": target.get("bytes_verified"),
-        "seconds": init.get("seconds"),
-        "allocator": init.get("allocator"),
-        "notified": target.get("notified"),
-        "message": "",
-    }
+    out = {"memory": "DRAM", **_verdict_fields(result, lane, None, None, None)}
+    nbytes, speed, target = out["bytes"], out["speed"], result.get("target") or {}
+    del out["speed"]
     what = f"KV transport probe {DRAM_LABEL}"
     if not result:
         out["message"] = f"{what}: no result line from the probe (output tail: {_tail(text)})"
