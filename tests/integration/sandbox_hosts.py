@@ -83,10 +83,12 @@ def write_inventory(directory, name, host, groups=GROUPS, host_vars=None):
 
 
 def debug_messages(output):
-    """[(host, msg)] of every `ok: [host] => msg: ...` result in ansible-playbook output (the default callback
-    with callback_result_format = yaml wraps a long msg over several lines: each is read back as YAML)."""
+    """[(host, msg)] of every `ok: [host] => msg: ...` result in ansible-playbook output, a loop's
+    `ok: [host] => (item=LABEL) => msg: ...` too (the default callback with callback_result_format = yaml wraps a
+    long msg over several lines: each is read back as YAML)."""
     found = []
-    for match in re.finditer(r"^ok: \[([^\]]+)\] => ?\n((?:    .*\n?)+)", output, re.MULTILINE):
+    pattern = r"^ok: \[([^\]]+)\](?: => \(item=[^\n]*\))? => ?\n((?:    .*\n?)+)"
+    for match in re.finditer(pattern, output, re.MULTILINE):
         try:
             doc = yaml.safe_load(textwrap.dedent(match.group(2)))
         except yaml.YAMLError:

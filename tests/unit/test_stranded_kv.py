@@ -1,0 +1,91 @@
+"""roles/sglang/tasks/stranded.yml against simulators on loopback: a prefill whose NIXL room was stranded (its decode
+connected, then died before the transfer: tests/sandbox/pdsim, as sglang/srt/disaggregation/nixl/conn.py) is named
+by the run and, when a second prefill serves, handed to the rolling restart; an idle prefill is not named.
+
+The play is site.yml's stranded-KV step, run with a local connection; each host's sglang_worker_units stands in for
+what site.yml's preflight plans (the keys the step reads: unit, role, health_url).
+"""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from sandbox_hosts import debug_messages
+from test_pdsim_pd_semantics import connect_then_kill_decode, gauge
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = REPO / ".venv" / "bin"
+PLAY = """
+- name: Stranded KV
+  hosts: prefill
+  gather_facts: false
+  tasks:
+    - name: Name the prefill workers with stranded KV
+      ansible.builtin.include_role:
+        name: disagg.sglang.sglang
+        tasks_from: stranded.yml
+    - name: Show the units handed to the rolling restart
+      ansible.builtin.debug:
+        msg: "deferred: {{ _sglang_deferred | default([]) | map(attribute='unit') | join(',') }}"
+"""
+
+
+def spec(unit, sim):
+    return {"unit": unit, "role": "prefill", "host": "prefill-01", "health_url": sim.url("/health")}
+
+
+def run_play(tmp_path, units, **extra):
+    hosts = {"prefill-01": {"sglang_worker_units": units}}
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {"vars": {"ansible_connection": "local"},
+                                           "children": {"prefill": {"hosts": hosts}}}}))  # fmt: skip
+    play = tmp_path / "play.yml"
+    play.write_text(PLAY)
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), "-i", str(inv), str(play), "-e", json.dumps(extra)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": f"{VENV_BIN}:/usr/bin:/bin", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "HOME": str(tmp_path)},
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"ansible-playbook failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+    return [msg for _host, msg in debug_messages(proc.stdout)]
+
+
+@pytest.fixture
+def stranded(sims):
+    """A prefill holding a stranded NIXL room, and an idle prefill beside it."""
+    prefill, _on_prefill = connect_then_kill_decode(sims, "nixl", 91)
+    idle = sims.start("prefill", "--enable-metrics", "--disaggregation-transfer-backend", "nixl")
+    held = 0.0
+    for _poll in range(120):  # the room reaches its transfer after the simulated prefill (3.5 s)
+        held = gauge(prefill, "sglang:num_used_tokens")
+        if held and gauge(prefill, "sglang:num_prefill_inflight_queue_reqs"):
+            break
+        subprocess.run(["sleep", "0.1"], check=True)
+    assert held > 0, "the prefill never stranded its room"
+    return prefill, idle, round(held)
+
+
+def test_a_stranded_prefill_is_named_and_rolls_when_a_second_prefill_serves(tmp_path, stranded):
+    prefill, idle, held = stranded
+    messages = run_play(tmp_path, [spec("sglang-prefill0", prefill), spec("sglang-prefill1", idle)],
+                        _sglang_router_serving=True, sglang_rolling_batch=1)  # fmt: skip
+    named = [m for m in messages if "stranded KV" in m]
+    assert len(named) == 1 and named[0].startswith(f"sglang-prefill0 on prefill-01 holds {held} KV tokens"), messages
+    assert "It restarts now in the rolling step" in named[0]
+    assert "deferred: sglang-prefill0" in messages
+
+
+def test_without_a_second_prefill_it_is_named_and_left_to_the_operator(tmp_path, stranded):
+    prefill, _idle, held = stranded
+    messages = run_play(tmp_path, [spec("sglang-prefill0", prefill)], _sglang_router_serving=True)
+    named = [m for m in messages if "stranded KV" in m]
+    assert len(named) == 1 and f"holds {held} KV tokens" in named[0], messages
+    assert "systemctl restart sglang-prefill0.service" in named[0]
+    assert "deferred: " in messages  # nothing handed to the rolling restart
