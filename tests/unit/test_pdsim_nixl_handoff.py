@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,13 +18,17 @@ import pytest
 PDSIM = Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"
 sys.path.insert(0, str(PDSIM))
 
+from pdsim_testing import http  # noqa: E402
 from sglang_pd_sim import nixl_handoff as nh  # noqa: E402
 
 
-def test_available_only_for_nixl_and_not_when_switched_off():
-    assert nh.available("mooncake", {}) == (False, "transfer backend is 'mooncake', not nixl")
-    assert nh.available("nixl", {"SGLANG_SIM_KV_NIXL": "0"}) == (False, "SGLANG_SIM_KV_NIXL=0")
-    ok, why = nh.available("nixl", {})
+def test_available_only_for_nixl_and_only_when_switched_on():
+    on = {"SGLANG_SIM_KV_NIXL": "1"}
+    assert nh.available("mooncake", on) == (False, "transfer backend is 'mooncake', not nixl")
+    off = "(set it to 1 to move each room's KV through NIXL)"
+    assert nh.available("nixl", {}) == (False, f"SGLANG_SIM_KV_NIXL=0 {off}")
+    assert nh.available("nixl", {"SGLANG_SIM_KV_NIXL": "no"}) == (False, f"SGLANG_SIM_KV_NIXL=no {off}")
+    ok, why = nh.available("nixl", on)
     try:
         import nixl._api  # noqa: F401, PLC0415
     except Exception:
@@ -78,7 +83,7 @@ def test_rooms_go_through_real_nixl_between_two_processes():
     proc = subprocess.run(
         [_nixl_python(), "-m", "sglang_pd_sim.nixl_handoff", "--selftest", "--mib", "4"],
         cwd=PDSIM,
-        env={**os.environ, "PYTHONPATH": str(PDSIM)},
+        env={**os.environ, "PYTHONPATH": str(PDSIM), "SGLANG_SIM_KV_NIXL": "1"},
         capture_output=True,
         text=True,
         timeout=120,
@@ -158,7 +163,7 @@ def test_glue_moves_rooms_through_real_nixl():
     proc = subprocess.run(
         [_nixl_python(), "-c", GLUE],
         cwd=PDSIM,
-        env={**os.environ, "PYTHONPATH": str(PDSIM)},
+        env={**os.environ, "PYTHONPATH": str(PDSIM), "SGLANG_SIM_KV_NIXL": "1"},
         capture_output=True,
         text=True,
         timeout=120,
@@ -169,3 +174,30 @@ def test_glue_moves_rooms_through_real_nixl():
     got = json.loads(line.split(" ", 1)[1])
     assert got["write"]["rooms"] == 2 and got["write"]["bytes"] == 2 * 10**6
     assert [v["bytes_verified"] for v in got["verify"]] == [10**6, 10**6]
+
+
+def test_the_simulators_handoff_moves_each_rooms_kv_through_real_nixl(sims):
+    """A prefill and a decode simulator (Python with nixl, SGLANG_SIM_KV_NIXL=1) hand rooms over: the decode
+    offers a slot, the prefill WRITEs the room's bytes into it over UCX, the decode checks every byte before it
+    generates; a simulator without the switch hands over by HTTP only."""
+    python = _nixl_python()
+    env = {"SGLANG_SIM_KV_NIXL": "1", "SGLANG_SIM_KV_NIXL_MAX_MIB": "1"}
+    args = ("--disaggregation-transfer-backend", "nixl", "--enable-metrics")
+    prefill = sims.start("prefill", *args, env=env, python=python)
+    decode = sims.start("decode", *args, env=env, python=python)
+    for room in (501, 502, 503):
+        body = {"text": "a prompt of a few words " * 20, "sampling_params": {"max_new_tokens": 2},
+                "bootstrap_host": "127.0.0.1", "bootstrap_port": prefill.bootstrap, "bootstrap_room": room}  # fmt: skip
+        done = {}
+        thread = threading.Thread(target=lambda b=body, d=done: d.update(p=http("POST", prefill.url("/generate"), b)))
+        thread.start()
+        status, _answer = http("POST", decode.url("/generate"), body)
+        thread.join(30)
+        assert status == 200 and done["p"][0] == 200, (status, done)
+    status, seen = http("GET", decode.url("/sim/nixl"))
+    assert status == 200 and seen["on"] is True, seen
+    assert [r["bootstrap_room"] for r in seen["rooms"]] == [501, 502, 503]
+    assert all(r["bytes_verified"] == r["bytes"] > 0 and r["peer"] for r in seen["rooms"]), seen["rooms"]
+    plain = sims.start("decode", "--disaggregation-transfer-backend", "nixl", python=python)
+    status, seen = http("GET", plain.url("/sim/nixl"))
+    assert seen["on"] is False and "SGLANG_SIM_KV_NIXL=0" in seen["why"] and seen["rooms"] == []

@@ -88,9 +88,12 @@ class SimPool:
         self.tmp_path = tmp_path
         self.sims: list[Sim] = []
 
-    def start(self, role: str = "null", *extra: str, env: dict | None = None, healthy: bool = True) -> Sim:
+    def start(
+        self, role: str = "null", *extra: str, env: dict | None = None, healthy: bool = True, python: str | None = None
+    ) -> Sim:
+        """A simulator on loopback; PYTHON runs it instead of this interpreter (e.g. one with nixl installed)."""
         port = free_port()
-        argv = [sys.executable, "-m", "sglang_pd_sim", "serve", "--model-path", "/models/sim",
+        argv = [python or sys.executable, "-m", "sglang_pd_sim", "serve", "--model-path", "/models/sim",
                 "--served-model-name", "sim", "--host", "127.0.0.1", "--port", str(port),
                 "--disaggregation-mode", role]  # fmt: skip
         bootstrap = None

@@ -13,6 +13,7 @@ import os
 import time
 import uuid
 
+from sglang_pd_sim import nixl_handoff
 from sglang_pd_sim.engine import kv_transfer
 from sglang_pd_sim.handoff import HandoffError, HandoffMixin
 from sglang_pd_sim.httpbase import ClientGone
@@ -137,7 +138,7 @@ class GenerationMixin(HandoffMixin):
                 try:
                     with st.engine.awaiting():
                         for r in rooms:
-                            self.wait_for_kv(host, port, as_room(r))
+                            self.wait_for_kv(host, port, as_room(r), input_tokens)
                         if n > 1:
                             self.parallel_samples(as_room(rooms[0]), "WaitingForInput")
                 except HandoffError as exc:
@@ -239,14 +240,25 @@ class GenerationMixin(HandoffMixin):
         st = self.state
         try:
             if st.knobs.handoff_drop:
+                for room in rooms:
+                    nixl_handoff.drop_offer(room)
                 st.metrics.handoff_failed("transfer")
                 return
             if not self.decode_alive(rooms):
+                for room in rooms:
+                    nixl_handoff.drop_offer(room)
                 self.dead_decode(rooms, input_tokens)  # raises, or (nixl) strands the KV until restart
             nbytes, seconds = kv_transfer(st.knobs, input_tokens)
             with st.engine.transfer():
-                if seconds > 0:
-                    st.stop.wait(seconds)
+                # with the NIXL handoff on, the room's bytes really go into the decode's offered slot
+                # (nixl_handoff.py); the simulated transfer time is what is left of the latency model's
+                try:
+                    real = nixl_handoff.prefill_write(st.args.disaggregation_transfer_backend, rooms)
+                except nixl_handoff.NixlHandoffError as exc:
+                    raise HandoffError(f"KVTransferError(bootstrap_room={rooms[0]}): {exc}", "transfer") from exc
+                left = max(0.0, seconds - (real["seconds"] if real else 0.0))
+                if left > 0:
+                    st.stop.wait(left)
             st.metrics.kv_transfer(nbytes, seconds)
             for room in rooms:
                 st.kv_done(room)

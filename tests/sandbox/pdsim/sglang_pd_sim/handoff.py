@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 
+from sglang_pd_sim import nixl_handoff
 from sglang_pd_sim.httpbase import BaseHandler
 
 POLL_INTERVAL = 0.02
@@ -33,8 +34,18 @@ class HandoffError(Exception):
 
 
 class HandoffMixin(BaseHandler):
-    def wait_for_kv(self, host, port, room: int) -> None:
+    def wait_for_kv(self, host, port, room: int, input_tokens: int = 0) -> None:
+        """Waits for the room's KV; with the NIXL handoff on (nixl_handoff.py), the room's bytes come through NIXL
+        into a slot this decode offered the prefill first, and are checked before the decode generates."""
+        try:
+            self._wait_for_kv(host, port, room, input_tokens)
+        except BaseException:
+            nixl_handoff.release(self.state.args.disaggregation_transfer_backend, room)
+            raise
+
+    def _wait_for_kv(self, host, port, room: int, input_tokens: int) -> None:
         st = self.state
+        backend = st.args.disaggregation_transfer_backend
         timeout = st.knobs.handoff_timeout
         if not host:
             raise HandoffError(f"KVTransferError(bootstrap_room={room}): request {self._rid} has no bootstrap_host")
@@ -42,6 +53,19 @@ class HandoffMixin(BaseHandler):
         netloc = f"[{host}]:{port}" if ":" in str(host) and not str(host).startswith("[") else f"{host}:{port}"
         deadline = time.monotonic() + timeout
         phase, why = "Bootstrapping", "no answer from the prefill bootstrap server"
+        # sglang's decode sends its KV destination to the prefill's bootstrap server before anything is written
+        # (sglang/srt/disaggregation/nixl/conn.py NixlKVReceiver.init): here the NIXL offer, before the first poll
+        offer = nixl_handoff.decode_offer(backend, room, input_tokens, st.knobs.kv_bytes_per_token)
+        while offer is not None:
+            try:
+                nixl_handoff.send_offer(DIRECT, netloc, room, offer)
+                break
+            except OSError as exc:
+                if time.monotonic() >= deadline or st.stop.is_set():
+                    raise HandoffError(
+                        f"KVTransferError(bootstrap_room={room}): NIXL offer not delivered: {exc}"
+                    ) from exc
+                time.sleep(POLL_INTERVAL)
         while True:
             wait = max(0.0, min(1.0, deadline - time.monotonic()))  # long-poll: answered as soon as KV lands
             url = f"http://{netloc}/sim/kv/{room}?wait={wait:.3f}"
@@ -51,6 +75,13 @@ class HandoffMixin(BaseHandler):
                 if data.get("state") == "transferred":
                     self.check_compat(data.get("handoff") or {}, room, netloc)
                     self._note = f"handoff={1000 * (time.monotonic() - deadline + timeout):.0f}ms"
+                    try:
+                        got = nixl_handoff.decode_verify(backend, room)
+                    except nixl_handoff.NixlHandoffError as exc:
+                        raise HandoffError(f"KVTransferError(bootstrap_room={room}): {exc}", "transfer") from exc
+                    if got is not None:
+                        st.nixl_rooms.append({"bootstrap_room": room, **got})
+                        self._note += f" nixl={got.get('bytes_verified')}B"
                     return
                 phase, why = "WaitingForInput", "prefill has the room but its KV transfer has not completed"
             except urllib.error.HTTPError as exc:

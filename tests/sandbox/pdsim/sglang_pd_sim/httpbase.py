@@ -11,9 +11,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from sglang_pd_sim import __version__
+from sglang_pd_sim import __version__, nixl_handoff
 from sglang_pd_sim.lifecycle import GENERATION_ROUTES
-from sglang_pd_sim.state import SimState, as_room
+from sglang_pd_sim.state import SimState, as_room, loads
 
 log = logging.getLogger("sglang_pd_sim")
 
@@ -201,6 +201,21 @@ class BaseHandler(BaseHTTPRequestHandler):
             return True
         if path == "/sim/lifecycle" and self.command == "GET":
             self.send_json(200, self.state.life.snapshot(self.state))
+            return True
+        if path.startswith("/sim/kv/") and path.endswith("/nixl") and self.command == "POST":
+            # the decode's NIXL offer for a room (nixl_handoff.py): where the prefill writes the room's KV
+            try:
+                nixl_handoff.accept_offer(int(path.split("/")[3]), loads(self.read_body()))
+            except ValueError as exc:
+                self.send_json(400, {"error": str(exc)})
+            else:
+                self.send_json(200, {"accepted": True})
+            return True
+        if path == "/sim/nixl" and self.command == "GET":
+            on, why = nixl_handoff.status(self.state.args.disaggregation_transfer_backend)
+            with self.state.lock:
+                rooms = list(self.state.nixl_rooms)
+            self.send_json(200, {"on": on, "why": why, "rooms": rooms})
             return True
         if path == "/sim/kv" and self.command == "GET":
             with self.state.lock:

@@ -31,6 +31,7 @@ class SimState:
         self.records: collections.deque = collections.deque(maxlen=MAX_RECORDS)
         self.kv: collections.OrderedDict = collections.OrderedDict()  # prefill: room -> handoff record
         self.dp_ranks: dict = {}
+        self.nixl_rooms: collections.deque = collections.deque(maxlen=1000)  # decode: rooms whose KV came over NIXL
         self.inflight = 0
         self.generations = 0
         arch = knobs.architecture
