@@ -33,7 +33,7 @@ DECODE_INSTANCES = {
 # whose workers never become healthy is rolled back within a test (the simulators start in seconds).
 TEST_VARS = {
     "sglang_restart_sec": 1,
-    "sglang_health_timeout": 45,
+    "sglang_health_timeout": 30,
     # a prefill that takes 1 s (16 at once), so a prefill taken out of the router under load still holds requests
     "sglang_prefill_extra_env": {
         "SGLANG_SIM_TOKEN_LATENCY": "0.005",
