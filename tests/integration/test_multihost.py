@@ -387,8 +387,9 @@ def test_kill_9_of_one_of_two_under_load(cluster, role, capsys):
     assert left is not None and back is not None, f"the router never let the dead {unit} go and took it back: {cost}"
     assert restarted == restarts + 1, f"systemd did not restart {unit} once: NRestarts {restarts}->{restarted}"
     assert cost["recovery_s"] > faults.STARTUP_DELAY, f"{unit} came back before its weights loaded: {cost}"
-    # The load ran on past the recovery: 16 at a time until its deadline (each request takes about 1.1 s).
-    assert cost["sent"] >= 600 and result["t0"] + result["elapsed"] > back, (cost, back)
+    # The load ran on past the recovery: 16 at a time until its deadline (each request takes about 2 s: a 1 s prefill,
+    # its handoff and 16 tokens).
+    assert cost["sent"] >= 400 and result["t0"] + result["elapsed"] > back, (cost, back)
     assert faults.over_budget(cost, role, True) == [], faults.over_budget(cost, role, True)
 
 
