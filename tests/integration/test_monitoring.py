@@ -133,8 +133,10 @@ def deployment(tmp_path_factory):
             "sglang_router_port": ROUTER_PORT,
             "sglang_router_prometheus_port": PROM_PORT,
             "sglang_router_extra_flags": {"health-check-interval-secs": 2},
-            # decode gives up on a KV handoff after 2 s (sglang: its bootstrap / waiting timeouts, 300 s)
-            "sglang_decode_extra_env": {"SGLANG_SIM_HANDOFF_TIMEOUT": "2"},
+            # decode gives up on a KV handoff after 2 s (sglang: its bootstrap / waiting timeouts, 300 s); each
+            # room's KV bytes go through the real NIXL/UCX in host memory (tests/sandbox/pdsim nixl_handoff.py)
+            "sglang_decode_extra_env": {"SGLANG_SIM_HANDOFF_TIMEOUT": "2", "SGLANG_SIM_KV_NIXL": "1"},
+            "sglang_prefill_extra_env": {"SGLANG_SIM_KV_NIXL": "1"},
             # where the controller's Prometheus reaches mon-1 (its listeners bind all addresses; the plan's
             # URLs say loopback, as prefill, decode and router share the host)
             "sglang_advertise_address": address,
@@ -352,3 +354,19 @@ def test_the_kv_transfer_failure_alert_fires_while_the_prefill_drops_its_transfe
     assert on_decode[0]["annotations"]["summary"] == f"KV transfers failing on decode decode0 ({HOST})", on_decode
     after = alert_rule(deployment["prometheus"], KV_ALERT)
     assert after["state"] == "firing", f"{KV_ALERT} after the faults: {after}"
+
+
+DECODE_PORT = 30001  # inventories/sandbox/group_vars/decode.yml
+
+
+def test_kv_bytes_went_through_real_nixl_under_the_units_hardening(deployment, traffic):
+    """With SGLANG_SIM_KV_NIXL=1 the prefill unit WRITEs each room's KV bytes into the decode unit through the
+    installed NIXL/UCX (host memory), both under the workers' systemd hardening, and the decode checks every byte
+    before it answers: the rooms it lists at GET /sim/nixl."""
+    status, body = http("GET", f"http://{deployment['address']}:{DECODE_PORT}/sim/nixl")
+    assert status == 200, body
+    seen = json.loads(body)
+    assert seen["on"] is True, f"the NIXL handoff is off in the decode unit: {seen['why']}"
+    good = [r for r in seen["rooms"] if r["bytes"] > 0 and r["bytes_verified"] == r["bytes"]]
+    print(f"{len(good)} rooms over NIXL, {sum(r['bytes'] for r in good)} bytes verified, from {seen['rooms'][:1]}")
+    assert len(good) == len(seen["rooms"]) >= REQUESTS, seen["rooms"][-3:]
