@@ -233,8 +233,8 @@ def test_flag_change_rolls_out_without_a_failed_request(cluster, capsys):
     units = [u.split("@") for u in order]
     report(capsys, f"prefill and decode flag change: restart order {order}; load {result['ok']}/{result['total']} "
                    f"ok, errors {result['errors']}, {result['elapsed']:.1f} s")  # fmt: skip
-    assert [u.split("@")[0] for u in order] == ["sglang-prefill0", "sglang-prefill1", "sglang-decode0",
-                                                  "sglang-decode1"], order  # fmt: skip
+    want = ["sglang-prefill0", "sglang-prefill1", "sglang-decode0", "sglang-decode1"]
+    assert [u.split("@")[0] for u in order] == want, order
     assert {h for _unused, h in units} == {h["name"] for role in ("prefill", "decode") for h in cluster["layout"][role]}
     assert started_at(router(cluster), "sglang-router") == router_started, "the router restarted"
     assert result["total"] >= 300 and result["errors"] == {} and result["ok"] == result["total"]
