@@ -267,14 +267,7 @@ def decide(text, min_gbps, src=None, dst=None, env=None, *, mem=None):
         problems.append(f"{speed_text} is below sglang_kv_min_gbps={min_gbps}{why}")
     if out["bytes_verified"] != nbytes:
         problems.append(f"only {out['bytes_verified']} of {nbytes} bytes arrived as written")
-    if problems:
-        out["message"] = said + "; FAILED: " + "; ".join(problems)
-        return out
-    out["ok"] = True
-    out["message"] = f"{said}, {nbytes} bytes verified"
-    if target.get("notified") is False:
-        out["message"] += " (the last write's NIXL notification did not arrive within 10 s)"
-    return out
+    return _conclude(out, said, problems, target)
 
 
 def decide_dram(text, result, min_gbps=None):
@@ -301,11 +294,16 @@ def decide_dram(text, result, min_gbps=None):
         problems.append("UCX printed no protocol table for a host->host put (UCX_PROTO_INFO=y)")
     if out["bytes_verified"] != nbytes:
         problems.append(f"only {out['bytes_verified']} of {nbytes} bytes arrived as written")
+    return _conclude(out, said, problems, target, gate)
+
+
+def _conclude(out, said, problems, target, suffix=""):
+    """The verdict's message: what was measured, then FAILED and why, or the bytes verified (and SUFFIX)."""
     if problems:
         out["message"] = said + "; FAILED: " + "; ".join(problems)
         return out
     out["ok"] = True
-    out["message"] = f"{said}, {nbytes} bytes verified{gate}"
+    out["message"] = f"{said}, {out['bytes']} bytes verified{suffix}"
     if target.get("notified") is False:
         out["message"] += " (the last write's NIXL notification did not arrive within 10 s)"
     return out
