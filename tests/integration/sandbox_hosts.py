@@ -4,6 +4,7 @@ sandbox hosts up and down, and an inventory of them that reuses inventories/sand
 Each test module uses its own sandbox name, so modules never share hosts.
 """
 
+import json
 import os
 import re
 import shlex
@@ -96,3 +97,25 @@ def debug_messages(output):
         if isinstance(doc, dict) and isinstance(doc.get("msg"), str):
             found.append((match.group(1), doc["msg"]))
     return found
+
+
+def local_play(tmp_path, children, play, variables, *args):
+    """ansible-playbook of PLAY (YAML text) over local connections on an inventory of CHILDREN ({group: {hosts:
+    {name: vars}}}) with VARIABLES as extra vars; fails the test with its output on error, returns its stdout.
+    For unit tests that run one of the roles' task files on the controller."""
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {"vars": {"ansible_connection": "local"}, "children": children}}))
+    path = tmp_path / "play.yml"
+    path.write_text(play)
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), "-i", str(inv), str(path), "-e", json.dumps(variables), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": f"{VENV_BIN}:/usr/bin:/bin", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "HOME": str(tmp_path)},
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"ansible-playbook failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+    return proc.stdout

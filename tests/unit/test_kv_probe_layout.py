@@ -6,14 +6,11 @@ GPU-less router host) plus one host holding both roles, each host's sglang_worke
 site.yml's preflight plans; the play is site.yml's KV probe task, run with a local connection.
 """
 
-import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
-from sandbox_hosts import debug_messages
+from sandbox_hosts import debug_messages, local_play
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
@@ -54,24 +51,9 @@ def run_play(tmp_path, *args, **extra):
     for name, spec in HOSTS.items():
         for group in spec["groups"]:
             children.setdefault(group, {"hosts": {}})["hosts"][name] = {"sglang_worker_units": spec["units"]}
-    inv = tmp_path / "hosts.yml"
-    inv.write_text(yaml.safe_dump({"all": {"vars": {"ansible_connection": "local"}, "children": children}}))
-    play = tmp_path / "play.yml"
-    play.write_text(PLAY)
     # a venv that is not there: the probe on the host with both roles skips saying so, and runs nothing
     variables = {"sglang_venv": str(tmp_path / "no-venv"), "sglang_model_path": "/models/m", **extra}
-    proc = subprocess.run(
-        [str(VENV_BIN / "ansible-playbook"), "-i", str(inv), str(play), "-e", json.dumps(variables), *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"PATH": f"{VENV_BIN}:/usr/bin:/bin", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "HOME": str(tmp_path)},
-        check=False,
-    )
-    if proc.returncode != 0:
-        pytest.fail(f"ansible-playbook failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
-    return proc.stdout
+    return local_play(tmp_path, children, PLAY, variables, *args)
 
 
 def not_run_lines(out):

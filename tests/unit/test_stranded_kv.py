@@ -6,13 +6,11 @@ The play is site.yml's stranded-KV step, run with a local connection; each host'
 what site.yml's preflight plans (the keys the step reads: unit, role, health_url).
 """
 
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
-from sandbox_hosts import debug_messages
+from sandbox_hosts import debug_messages, local_play
 from test_pdsim_pd_semantics import connect_then_kill_decode, gauge
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,24 +35,8 @@ def spec(unit, sim):
 
 
 def run_play(tmp_path, units, **extra):
-    hosts = {"prefill-01": {"sglang_worker_units": units}}
-    inv = tmp_path / "hosts.yml"
-    inv.write_text(yaml.safe_dump({"all": {"vars": {"ansible_connection": "local"},
-                                           "children": {"prefill": {"hosts": hosts}}}}))  # fmt: skip
-    play = tmp_path / "play.yml"
-    play.write_text(PLAY)
-    proc = subprocess.run(
-        [str(VENV_BIN / "ansible-playbook"), "-i", str(inv), str(play), "-e", json.dumps(extra)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"PATH": f"{VENV_BIN}:/usr/bin:/bin", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "HOME": str(tmp_path)},
-        check=False,
-    )
-    if proc.returncode != 0:
-        pytest.fail(f"ansible-playbook failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
-    return [msg for _host, msg in debug_messages(proc.stdout)]
+    children = {"prefill": {"hosts": {"prefill-01": {"sglang_worker_units": units}}}}
+    return [msg for _host, msg in debug_messages(local_play(tmp_path, children, PLAY, extra))]
 
 
 @pytest.fixture
