@@ -563,3 +563,73 @@ def test_router_parallel_sampling_n2_fails_as_sglang_0_5_23(pd_launcher, capsys,
     # the same request with n=1 is served
     out = client.chat.completions.create(model="dsv4", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
     assert len(out.choices) == 1 and out.usage.completion_tokens == 4
+
+
+BENCH_FILES = Path(__file__).resolve().parents[2] / "roles" / "sglang_bench" / "files"
+
+
+def accuracy_run(router: Proc, prefill: Proc, run_dir: Path, gate: dict, baseline: str = "none") -> tuple[int, str]:
+    """The accuracy step's runner (roles/sglang_bench/files/accuracy_step.py) through the router, then the
+    controller's build: (exit status, what it printed)."""
+    settings = {"url": url(router, ""), "endpoint": "completions", "model": "dsv4", "dataset": "gsm8k-test",
+                "questions": 40, "shots": 3, "max_tokens": 256, "temperature": 0.0, "concurrency": 8,
+                "request_timeout": 30, "deadline": 60}  # fmt: skip
+    (run_dir / "raw").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k.lower() not in PROXY_VARS}
+    env["PYTHONPATH"] = str(BENCH_FILES)
+    for number, first in enumerate((0, 20), start=1):
+        config = run_dir / f"step-{number}.json"
+        config.write_text(json.dumps({**settings, "first": first, "count": 20,
+                                      "metrics_urls": {"h/prefill0": url(prefill, "/metrics")},
+                                      "metric_names": ["sglang:kv_transfer_total_mb_count"]}))  # fmt: skip
+        out = subprocess.run([sys.executable, str(BENCH_FILES / "accuracy_step.py"), str(config)], env=env,
+                             capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+        (run_dir / "raw" / f"step-{number:03d}.out.json").write_text(out.stdout)
+    meta = {"inventory": "loopback", "profile": "-", "collection_root": str(BENCH_FILES.parents[2]),
+            "settings": settings, "gate": gate,
+            "hosts": {"h": {"server_info": {"decode0": {"simulator": True}}}}}  # fmt: skip
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+    build = subprocess.run(
+        [sys.executable, str(BENCH_FILES / "accuracy.py"), "build", str(run_dir), "--meta", str(run_dir / "meta.json"),
+         "--baseline", baseline],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    return build.returncode, build.stdout + build.stderr
+
+
+def test_accuracy_step_through_the_real_router_scores_the_answer_mode(pd_launcher, tmp_path, capsys):
+    """GSM8K few-shot through the real router to a decode in the simulator's answer mode: all right passes the
+    gate with the KV transfers counted on the prefill; the same decode with a 50 % error rate fails it, against
+    the floor and against the first run as the baseline."""
+    gate = {"metric": "flexible", "floor": 0.9, "max_drop": 0.05, "max_failed_share": 0.02}
+    prefill = pd_launcher.sim("prefill")
+    decode = pd_launcher.sim("decode", env={"SGLANG_SIM_ANSWERS": "gsm8k"}, name="decode-right")
+    wait_sim_healthy(prefill)
+    wait_sim_healthy(decode)
+    router = pd_launcher.router(prefill, decode)
+    wait_router_ready(router)
+    rc, printed = accuracy_run(router, prefill, tmp_path / "r1", gate)
+    assert rc == 0, printed
+    report(capsys, printed)
+    good = json.loads((tmp_path / "r1" / "accuracy.json").read_text())
+    assert good["simulated"] is True and good["verdict"]["passed"] is True
+    assert good["summary"]["questions"] == 40 and good["summary"]["flexible"] == 1.0
+    assert good["verdict"]["kv_transfers"] >= 40  # one transfer per question, counted by the prefill
+    assert "accuracy gate PASSED" in printed and "(SIMULATED)" in (tmp_path / "r1" / "accuracy.md").read_text()
+
+    decode.stop()
+    worse = pd_launcher.sim("decode", env={"SGLANG_SIM_ANSWERS": "gsm8k", "SGLANG_SIM_ANSWER_ERROR_RATE": "0.5"},
+                            name="decode-wrong")  # fmt: skip
+    wait_sim_healthy(worse)
+    router.stop()
+    router = pd_launcher.router(prefill, worse)
+    wait_router_ready(router)
+    rc, printed = accuracy_run(router, prefill, tmp_path / "r2", gate, baseline=str(tmp_path / "r1"))
+    assert rc == 3, printed
+    report(capsys, printed)
+    bad = json.loads((tmp_path / "r2" / "accuracy.json").read_text())
+    reasons = " | ".join(bad["verdict"]["reasons"])
+    assert "below the floor" in reasons and f"below the baseline {good['id']}" in reasons, reasons
+    wrong = 40 - bad["summary"]["flexible_correct"]
+    assert 8 <= wrong <= 32 and len(bad["failures"]) == wrong  # every wrong answer is in the report
+    assert all(f["reference"] != f["flexible"] for f in bad["failures"])

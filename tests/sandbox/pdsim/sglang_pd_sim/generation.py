@@ -13,7 +13,7 @@ import os
 import time
 import uuid
 
-from sglang_pd_sim import nixl_handoff
+from sglang_pd_sim import answers, nixl_handoff
 from sglang_pd_sim.engine import kv_transfer
 from sglang_pd_sim.handoff import HandoffError, HandoffMixin
 from sglang_pd_sim.httpbase import ClientGone
@@ -381,23 +381,33 @@ class GenerationMixin(HandoffMixin):
     def respond(self, kind: str, req: dict, prompts: list, batch: bool, *, max_tokens: int, stream: bool, t0: float,
                 held: int) -> None:  # fmt: skip
         st = self.state
-        outputs = [(p, fake_tokens(prompt_key(p), max_tokens), count_prompt_tokens(p)) for p in prompts]
+        outputs = [(p, self.output_tokens(p, max_tokens), count_prompt_tokens(p)) for p in prompts]
         if st.role == "prefill":  # one token, no decode batch, no KV kept
             decoding = contextlib.nullcontext({"tokens": 0})
         else:  # a decode's KV arrives now; null mode's is in the pool since its prefill
             decoding = st.engine.decode(held, 0 if held else sum(o[2] for o in outputs))
         with decoding as slot:
-            self.send_outputs(kind, req, outputs, batch, stream=stream, t0=t0, slot=slot)
+            self.send_outputs(kind, req, outputs, batch, stream=stream, t0=t0, slot=slot, max_tokens=max_tokens)
+
+    def output_tokens(self, prompt, max_tokens: int) -> list[tuple[int, str]]:
+        """The test-only answer mode's answer where it knows the question (answers.py), else fake tokens."""
+        knobs = self.state.knobs
+        if knobs.answers and self.state.role != "prefill":
+            text = answers.answer_text(knobs.answers, knobs.answer_error_rate, prompt)
+            if text is not None:
+                return answers.tokens(text, max_tokens)
+        return fake_tokens(prompt_key(prompt), max_tokens)
 
     def send_outputs(self, kind: str, req: dict, outputs: list, batch: bool, *, stream: bool, t0: float,
-                     slot: dict) -> None:  # fmt: skip
+                     slot: dict, max_tokens: int) -> None:  # fmt: skip
         st = self.state
         prompt_tokens = outputs[0][2]
         toks = outputs[0][1]
         self._note = (self._note + f" prompt_tokens={prompt_tokens} completion_tokens={len(toks)}").strip()
         model = req.get("model") or st.model_name
         created = int(time.time())
-        finish = "length"
+        # an answer that ended before max_tokens stopped by itself (the answer mode's); else the length cut it
+        finish = "stop" if len(toks) < max_tokens else "length"
 
         if not stream:
             for _step in self.token_steps(len(toks), slot, t0, stream, len(outputs)):
