@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test in two lanes at once, each printing its lines with its name in front:
-#   lane A: the multi-host module (one three-host deployment and a sequence of changes), then molecule;
+#   lane A: the multi-host module (one three-host deployment and a sequence of changes), the benchmark and
+#           accuracy module, then molecule;
 #   lane B: the linters, then pytest on everything else (unit tests and the other sandbox modules).
+# Measured on a fresh clone (2 cores): lane A 28 min without the benchmark module, lane B 48 min with it.
 # A sandbox module spends most of its time waiting for services (weight loading, health checks, loads at a
 # set rate), so two of them share the 2 cores of a CI machine well; each module boots its own named sandbox
 # and the sandbox tool locks what they share (rootfs, wheelhouse, network). Fails if either lane fails.
@@ -30,8 +32,8 @@ run_pytest() {
   return "$rc"
 }
 
-# The multi-host module: lane A runs it, lane B leaves it out.
-MULTIHOST_TEST=tests/integration/test_multihost.py
+# Lane A's pytest modules; lane B runs every other test.
+LANE_A_TESTS=(tests/integration/test_multihost.py tests/integration/test_bench.py)
 
 # Runs "$@" with every line it prints prefixed by the lane's name; its exit status is the command's.
 lane() {
@@ -43,11 +45,12 @@ lane() {
 }
 
 lane_a() {
-  run_pytest "$MULTIHOST_TEST" -p no:cacheprovider --basetemp="${TMPDIR:-/tmp}/disagg-test-lane-a" && run_molecule
+  run_pytest "${LANE_A_TESTS[@]}" -p no:cacheprovider --basetemp="${TMPDIR:-/tmp}/disagg-test-lane-a" --durations=10 &&
+    run_molecule
 }
 
 lane_b() {
-  run_lint && run_pytest tests --ignore="$MULTIHOST_TEST" --durations=25
+  run_lint && run_pytest tests "${LANE_A_TESTS[@]/#/--ignore=}" --durations=25
 }
 
 run_lanes() {
