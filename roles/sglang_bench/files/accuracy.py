@@ -260,6 +260,11 @@ def progress_line(results_so_far: list[dict], step: dict, index: int, total: int
     )
 
 
+def pct(drop: float | None) -> str:
+    """A relative drop as a signed percentage; '-' when there is none (nothing scored to compare)."""
+    return "-" if drop is None else f"{drop:+.1%}"
+
+
 def markdown(report: dict) -> str:
     s, v, m = report["settings"], report["verdict"], report["summary"]
     lines = [f"# Accuracy {report['inventory']} {report['id']}" + (" (SIMULATED)" if report["simulated"] else ""), ""]
@@ -273,7 +278,7 @@ def markdown(report: dict) -> str:
         f"**Gate {'PASSED' if v['passed'] else 'FAILED'}** on {v['metric']} accuracy "
         + ("-" if v["value"] is None else f"{v['value']:.4f}")
         + f" (floor {v['floor']:.4f}, max drop {v['max_drop']:.1%} against "
-        + (f"{v['baseline']['id']}: {v['drop']:+.1%}" if v.get("baseline") else "no baseline")
+        + (f"{v['baseline']['id']}: {pct(v['drop'])}" if v.get("baseline") else "no baseline")
         + f", KV transfers during the run: {'-' if v['kv_transfers'] is None else v['kv_transfers']}).",
         "",
     ]
@@ -311,18 +316,6 @@ def load_steps(run_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((run_dir / "raw").glob("step-*.out.json"))]
 
 
-def load_reports(inventory_dir: Path) -> list[dict]:
-    out = []
-    for path in sorted(inventory_dir.glob("*/accuracy.json")):
-        try:
-            report = json.loads(path.read_text())
-        except ValueError:
-            continue
-        report["_dir"] = str(path.parent)
-        out.append(report)
-    return out
-
-
 def cmd_step(args) -> int:
     step = json.loads(Path(args.step_output).read_text())
     if not isinstance(step.get("results"), list):
@@ -356,7 +349,8 @@ def build(run_dir: Path, meta: dict, baseline_arg: str) -> dict:
     }
     baseline = None
     if baseline_arg == "auto":
-        found = pick_baseline([r for r in load_reports(run_dir.parent) if r["_dir"] != str(run_dir)], report)
+        earlier = [r for r in bench_report.load_reports(run_dir.parent, "accuracy.json") if r["_dir"] != str(run_dir)]
+        found = pick_baseline(earlier, report)
         baseline = baseline_of(found) if found else None
     elif baseline_arg not in ("", "none"):
         path = Path(baseline_arg)
@@ -396,7 +390,7 @@ def cmd_build(args) -> int:
         f"{'-' if m['flexible'] is None else format(m['flexible'], '.4f')}; KV transfers {v['kv_transfers']}"
     )
     base = v.get("baseline")
-    print(f"baseline: {base['id']} ({v['metric']} {base[v['metric']]:.4f}, drop {v['drop']:+.1%})" if base
+    print(f"baseline: {base['id']} ({v['metric']} {base[v['metric']]:.4f}, drop {pct(v['drop'])})" if base
           else "baseline: none (no earlier passing report of this inventory asked the same questions)")  # fmt: skip
     if v["passed"]:
         print(f"accuracy gate PASSED: {v['metric']} {v['value']:.4f} >= floor {v['floor']:.4f}")

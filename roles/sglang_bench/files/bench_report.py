@@ -447,6 +447,19 @@ def missing_fields(report: dict) -> list[str]:
     return missing
 
 
+def load_reports(inventory_dir: Path, name: str) -> list[dict]:
+    """The readable reports NAME (report.json, accuracy.json) of an inventory's runs, each with its directory."""
+    reports = []
+    for path in sorted(inventory_dir.glob(f"*/{name}")):
+        try:
+            report = json.loads(path.read_text())
+        except ValueError:
+            continue
+        report["_dir"] = str(path.parent)
+        reports.append(report)
+    return reports
+
+
 def collection_info(root: Path) -> dict:
     info = {"name": None, "version": None, "commit": None, "dirty": None}
     galaxy, manifest = root / "galaxy.yml", root / "MANIFEST.json"

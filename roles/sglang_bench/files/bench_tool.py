@@ -46,21 +46,9 @@ def cmd_step(args) -> int:
     return 0
 
 
-def load_reports(inventory_dir: Path) -> list[dict]:
-    reports = []
-    for path in sorted(inventory_dir.glob("*/report.json")):
-        try:
-            report = json.loads(path.read_text())
-        except ValueError:
-            continue
-        report["_dir"] = str(path.parent)
-        reports.append(report)
-    return reports
-
-
 def accuracy_link(inventory_dir: Path, units: dict) -> dict | None:
     """The newest accuracy report of the inventory (playbooks/accuracy.yml), and whether it measured these units."""
-    found = accuracy.load_reports(inventory_dir)
+    found = br.load_reports(inventory_dir, "accuracy.json")
     if not found:
         return None
     newest = max(found, key=lambda r: r["id"])
@@ -99,7 +87,7 @@ def cmd_build(args) -> int:
     previous = None
     if args.previous and args.previous != "none":
         if args.previous == "auto":
-            candidates = [r for r in load_reports(run_dir.parent) if r["_dir"] != str(run_dir)]
+            candidates = [r for r in br.load_reports(run_dir.parent, "report.json") if r["_dir"] != str(run_dir)]
             previous = br.pick_previous(candidates, report["id"])
         else:
             path = Path(args.previous)
