@@ -74,7 +74,8 @@ run_molecule() {
   done
 }
 
-# The benchmark test alone (AIPerf installed into a sandbox host, three sweeps): 6 min 55 s on a quiet machine.
+# The benchmark and accuracy module alone (AIPerf installed into a sandbox host, three sweeps, three accuracy runs):
+# 8 min 22 s with another sandbox module beside it.
 BENCH_TEST=tests/integration/test_bench.py
 
 case "${1:-all}" in
