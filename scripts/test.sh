@@ -21,7 +21,7 @@ run_lint() {
 run_pytest() {
   echo "== pytest"
   set +e
-  python -m pytest "$@"
+  COLUMNS=${COLUMNS:-240} python -m pytest -rfE "$@"
   local rc=$?
   set -e
   # Exit code 5 means pytest collected nothing: a suite that ran no test is a broken suite, not a pass.
@@ -35,13 +35,29 @@ run_pytest() {
 # Lane A's pytest modules; lane B runs every other test.
 LANE_A_TESTS=(tests/integration/test_multihost.py tests/integration/test_bench.py)
 
-# Runs "$@" with every line it prints prefixed by the lane's name; its exit status is the command's.
+# Runs "$@" with every line it prints prefixed by the lane's name, keeping a copy in $LANE_LOGS/<name>.log (the
+# recap reads it); its exit status is the command's.
 lane() {
   local name=$1 start=$SECONDS rc=0
   shift
-  ("$@") 2>&1 | sed -u "s/^/[lane $name] /" || rc=$?
-  echo "== lane $name ended: exit $rc after $((SECONDS - start)) s"
+  ("$@") 2>&1 | sed -u "s/^/[lane $name] /" | tee "$LANE_LOGS/$name.log" || rc=$?
+  echo "== lane $name ended: exit $rc after $((SECONDS - start)) s" | tee -a "$LANE_LOGS/$name.log"
   return "$rc"
+}
+
+# The end of the output says why a run failed, whichever lane ended first: each lane's end line and pytest's
+# FAILED/ERROR lines, and the last lines of a failed lane (a linter's or molecule's message has no FAILED line).
+recap() {
+  local name log
+  echo "== recap"
+  for name in A B; do
+    log=$LANE_LOGS/$name.log
+    grep -E '^\[lane .\] (FAILED|ERROR) |^\[lane .\] =+ .*(passed|failed|error).* in |^== lane ' "$log" || true
+    if ! grep -q "^== lane $name ended: exit 0 " "$log"; then
+      echo "-- the last 40 lines of lane $name:"
+      tail -n 40 "$log"
+    fi
+  done
 }
 
 lane_a() {
@@ -55,12 +71,15 @@ lane_b() {
 
 run_lanes() {
   local pid_a pid_b rc_a=0 rc_b=0
+  LANE_LOGS=$(mktemp -d "${TMPDIR:-/tmp}/disagg-test-lanes.XXXXXX")
   lane A lane_a &
   pid_a=$!
   lane B lane_b &
   pid_b=$!
   wait "$pid_a" || rc_a=$?
   wait "$pid_b" || rc_b=$?
+  recap
+  rm -rf "$LANE_LOGS"
   ((rc_a == 0 && rc_b == 0))
 }
 
