@@ -20,6 +20,12 @@ def rolling_plan(changed, inputs):
     return rolling.rolling_plan(list(changed), inputs)
 
 
+def restart_decision(units, changed, new, inputs):
+    """{now, deferred}: the changed units that restart now and those the rolling step restarts (see
+    rolling.restart_decision)."""
+    return rolling.restart_decision(list(units), list(changed), list(new), inputs)
+
+
 def role_totals(worker_specs):
     """{role: instances in the deployment}."""
     return rolling.role_totals(list(worker_specs))
@@ -47,6 +53,7 @@ class FilterModule:
             "connect_targets": connect_targets,
             "rolling_plan": rolling_plan,
             "role_totals": role_totals,
+            "restart_decision": restart_decision,
             "rolling_left": rolling_left,
             "env_file_value": env_file_value,
             "health_url_of_unit": health_url_of_unit,

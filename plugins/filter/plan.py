@@ -8,7 +8,7 @@ Documentation: one YAML file per filter beside this file. Logic: plugins/module_
 import os
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.disagg.sglang.plugins.module_utils import plan, rules
+from ansible_collections.disagg.sglang.plugins.module_utils import plan, rules, variables
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 
 
@@ -77,6 +77,30 @@ def systemd_line(tokens):
     return " ".join(sf.systemd_quote(t) for t in tokens)
 
 
+def router_flag_variables(router):
+    """The variables the router's own flags come from (sglang_flags.ROUTER_FLAGS), for its plan to read."""
+    if router != "sglang-router":
+        raise AnsibleFilterError(f"router_flag_variables: no flag table for router {router!r}")
+    return list(sf.ROUTER_FLAGS.values())
+
+
+def variable_pattern(role):
+    """A regular expression matching exactly the names of ROLE's variables in the table (module_utils/variables.py),
+    for query('ansible.builtin.varnames', ...): the defined ones."""
+    try:
+        return "^(" + "|".join(variables.names(role)) + ")$"
+    except KeyError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def variable_problems(values, role):
+    """ROLE's variables ({name: value}) checked against the table: their types, ranges and choices."""
+    try:
+        return variables.variable_problems(role, dict(values or {}))
+    except KeyError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -90,4 +114,7 @@ class FilterModule:
             "host_paths": host_paths,
             "stat_found": stat_found,
             "listeners": listeners,
+            "router_flag_variables": router_flag_variables,
+            "variable_pattern": variable_pattern,
+            "variable_problems": variable_problems,
         }

@@ -21,72 +21,13 @@ from ansible_collections.disagg.sglang.plugins.module_utils.pd_placement import 
 WORKER_ROLES = sf.WORKER_ROLES
 
 
-# The kind of every variable a user sets that no other rule checks in full (rules.type_problems). The values come
-# from roles/sglang/vars/main.yml (_sglang_user_vars) and, for the router, its plan.yml.
-VARIABLE_KINDS = {
-    "sglang_profile": "str",
-    "sglang_served_model_name": "str",
-    "sglang_venv": "str",
-    "sglang_server_module": "str",
-    "sglang_numactl_path": "str",
-    "sglang_unit_dir": "str",
-    "sglang_env_dir": "str",
-    "sglang_cli_cache_dir": "str",
-    "sglang_topology_strict": "bool",
-    "sglang_journal_lines": "whole",
-    "sglang_conflicting_units": "list_of_str",
-    "sglang_gpu_groups": "list_of_str",
-    "sglang_read_write_paths": "list_of_str",
-    "sglang_gpu_device_allow": "list_of_str",
-    "sglang_router_host": "str",
-    "sglang_router_prometheus_host": "str",
-    "sglang_router_prefill_policy": "str",
-    "sglang_router_decode_policy": "str",
-    "sglang_router_tokenizer_path": "str",
-    "sglang_router_smoke_test": "bool",
-    "sglang_router_smoke_prompt": "str",
-    "sglang_router_smoke_max_new_tokens": "whole",
-    "sglang_router_smoke_timeout": "whole",
-    "sglang_router_circuit_breaker_timeout": "whole",
-    "sglang_router_extra_flags": "map",
-    "sglang_router_extra_env": "map",
-}
-VARIABLE_CHOICES = {
-    "sglang_gpu_device_policy": ["closed", "auto", "strict"],
-}
-UNIT_PREFIX = rules.re.compile(r"^[A-Za-z0-9_.:-]*$")
-
-
-def variables_problems(variables):
-    """Types and choices of the plain variables (the ones given; a variable left out is not checked)."""
-    variables = variables or {}
-    kinds = {k: [v, VARIABLE_KINDS[k]] for k, v in variables.items() if k in VARIABLE_KINDS}
-    choices = {k: [v, VARIABLE_CHOICES[k]] for k, v in variables.items() if k in VARIABLE_CHOICES}
-    problems = rules.type_problems(kinds) + rules.choice_problems(choices)
-    prefix = variables.get("sglang_unit_prefix")
-    if prefix is not None and (not isinstance(prefix, str) or not UNIT_PREFIX.match(prefix)):
-        problems.append(
-            f"sglang_unit_prefix ({prefix!r}) must be letters, digits, _ . : or - (it starts every unit name)"
-        )
-    return problems
-
-
 def settings_problems(inputs):
-    """Rules on the settings every unit of a host shares. inputs: see host_plan."""
+    """Rules on the settings every unit of a host shares, beyond each variable's own type and range (checked
+    before the plan, against module_utils/variables.py). inputs: see host_plan."""
     s = inputs["settings"]
     variables = inputs.get("variables") or {}
-    problems = variables_problems(variables)
-    problems += rules.model_path_problems(s.get("model_path"))
+    problems = rules.model_path_problems(s.get("model_path"))
     problems += rules.health_wait_problems(s.get("health_timeout"), s.get("health_poll"))
-    problems += rules.positive_int_problems(
-        {
-            "sglang_restart_sec": s.get("restart_sec"),
-            "sglang_stop_timeout": s.get("stop_timeout"),
-            "sglang_start_limit_burst": s.get("start_limit_burst"),
-            "sglang_start_limit_interval": s.get("start_limit_interval"),
-            **({"sglang_rolling_drain_timeout": s["drain_timeout"]} if "drain_timeout" in s else {}),
-        }
-    )
     problems += rules.drain_timeout_problems(s.get("drain_timeout"), s.get("stop_timeout"))
     rw_paths = s.get("read_write_paths") if isinstance(s.get("read_write_paths"), list) else []
     model = s.get("model_path")
@@ -148,7 +89,7 @@ def host_plan(inputs):
                  start_limit_interval, health_timeout, health_poll, stop_timeout),
       secrets:   {variable: value} (only checked, never put into a spec),
       kv_p2p_policy: sglang_kv_p2p_policy (fail | warn | off),
-      variables: {variable: value} of the plain variables whose types and choices are checked (VARIABLE_KINDS),
+      variables: {sglang_unit_dir, sglang_deps_wheelhouse, sglang_gpu_groups}: what the account rule looks at,
       conflicting_units: sglang_conflicting_units,
       host_paths: {variable: {path, exists, isdir}}, what the preflight's stat found on the host,
       listeners:  {port: owner} of the TCP listeners on the host (owner: systemd unit or process name),
@@ -277,8 +218,9 @@ def pd_problems(worker_specs):
 def router_plan(worker_specs, inputs):
     """Plan the router unit of one host from the planned worker specs of the whole deployment.
 
-    inputs: {host, settings (as host_plan's, for the service settings), flags (the router's flags, extra flags
-    merged), extra_flags (as the user gave them), env, unit, ports ({variable: value} of its listeners),
+    inputs: {host, settings (as host_plan's, for the service settings), flag_values ({variable: value} of the
+    variables of sglang_flags.ROUTER_FLAGS), extra_flags (as the user gave them),
+    env, unit, ports ({variable: value} of its listeners),
     secrets, variables, conflicting_units, host_paths, listeners (as host_plan's)}. The router dials each worker at
     the spec's url (its advertise address).
     Returns {unit: spec or None, problems: [message]}.
@@ -314,16 +256,16 @@ def router_plan(worker_specs, inputs):
         )
     if problems:
         return {"unit": None, "problems": problems}
-    settings = {
-        **inputs["settings"],
-        "inventory_host": host,
-        "unit": inputs.get("unit", "sglang-router"),
-        "flags": inputs["flags"],
-        "env": inputs.get("env") or {},
-        "api_key_set": bool((inputs.get("secrets") or {}).get("sglang_router_api_key")),
-        "hf_token_set": bool((inputs.get("secrets") or {}).get("sglang_hf_token")),
-    }
     try:
+        settings = {
+            **inputs["settings"],
+            "inventory_host": host,
+            "unit": inputs.get("unit", "sglang-router"),
+            "flags": sf.router_flags(inputs.get("flag_values"), inputs.get("extra_flags")),
+            "env": inputs.get("env") or {},
+            "api_key_set": bool((inputs.get("secrets") or {}).get("sglang_router_api_key")),
+            "hf_token_set": bool((inputs.get("secrets") or {}).get("sglang_hf_token")),
+        }
         return {"unit": units.router_unit(prefills, decodes, settings), "problems": []}
     except sf.FlagError as exc:
         return {"unit": None, "problems": [str(exc)]}

@@ -20,8 +20,36 @@ ROLE_ORDER = {"prefill": 0, "decode": 1}
 
 
 def defer(unit, role_totals, router_serving, batch):
-    """Whether a changed unit (a spec with `existed`) waits for the rolling step instead of restarting now."""
-    return bool(unit.get("existed") and router_serving and int(batch or 0) > 0 and role_totals.get(unit["role"], 0) > 1)
+    """Whether a changed unit (a spec with `existed`) waits for the rolling step instead of restarting now: it ran
+    before this run, it is a worker of a role with more than one instance in the deployment, the router serves,
+    and rolling is on (batch > 0)."""
+    return bool(
+        unit.get("existed")
+        and unit.get("role") != "router"
+        and router_serving
+        and int(batch or 0) > 0
+        and role_totals.get(unit["role"], 0) > 1
+    )
+
+
+def restart_decision(units, changed, new, inputs):
+    """The restart rule, once per host (roles/sglang/tasks/units.yml): which changed units restart now and which
+    the rolling step restarts.
+
+    units: the host's planned specs ({unit, role}); changed: names of the units whose unit or environment file
+    changed in this run; new: names of those that had no unit file before it; inputs: {totals: role_totals of the
+    deployment, router_serving, batch: sglang_rolling_batch}.
+    Returns {now: [name], deferred: [name]}, each in the order of `changed`.
+    """
+    roles = {u["unit"]: u.get("role") for u in units}
+    totals, serving, batch = inputs.get("totals") or {}, inputs.get("router_serving"), inputs.get("batch")
+    changed = list(dict.fromkeys(changed))
+    deferred = [
+        name
+        for name in changed
+        if name in roles and defer({"role": roles[name], "existed": name not in new}, totals, serving, batch)
+    ]
+    return {"now": [n for n in changed if n not in deferred], "deferred": deferred}
 
 
 def role_totals(worker_specs):

@@ -9,6 +9,8 @@ preflight play; each role shows the messages in one assert. tests/unit/test_rule
 
 import re
 
+from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
+
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 # systemd accepts environment variable names of letters, digits and _ that do not start with a digit.
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -44,19 +46,8 @@ DERIVED_WORKER_FLAGS = {
     "nnodes": "one instance per host and role (multi-node instances are not planned by the collection)",
     "node-rank": "one instance per host and role (multi-node instances are not planned by the collection)",
 }
-# Router flags the collection sets from a variable: {flag: variable}.
-DERIVED_ROUTER_FLAGS = {
-    "host": "sglang_router_host",
-    "port": "sglang_router_port",
-    "prometheus-host": "sglang_router_prometheus_host",
-    "prometheus-port": "sglang_router_prometheus_port",
-    "prefill-policy": "sglang_router_prefill_policy",
-    "decode-policy": "sglang_router_decode_policy",
-    "policy": "sglang_router_prefill_policy and sglang_router_decode_policy",
-    "tokenizer-path": "sglang_router_tokenizer_path",
-    "model-path": "sglang_router_tokenizer_path",
-    "cb-timeout-duration-secs": "sglang_router_circuit_breaker_timeout",
-}
+# Router flags the collection sets from a variable, and their other spellings: {flag: use instead}.
+DERIVED_ROUTER_FLAGS = {**sf.ROUTER_FLAGS, **sf.ROUTER_FLAG_ALIASES}
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 WORKER_PORT_KEYS = ("port", "bootstrap_port", "dist_init_port")
 
@@ -76,7 +67,7 @@ def _positive_int(value):
     return whole(value) and int(value) > 0
 
 
-def _kind(value):
+def kind_of(value):
     """What a value is, in YAML's words (Ansible hands over subclasses of str, list and dict)."""
     for kind, name in ((type(None), "null"), (bool, "a boolean"), (str, "a string"), (dict, "a mapping")):
         if isinstance(value, kind):
@@ -84,47 +75,6 @@ def _kind(value):
     if isinstance(value, (list, tuple)):
         return "a list"
     return "a number" if isinstance(value, (int, float)) else type(value).__name__
-
-
-TYPE_WANTED = {
-    "bool": "true or false, unquoted (a quoted 'false' is a non-empty string, which counts as true)",
-    "str": "a non-empty string",
-    "list_of_str": "a list of strings (a single value still needs its - in YAML)",
-    "map": "a mapping (NAME: value)",
-    "whole": "a positive whole number",
-}
-
-
-def _type_ok(value, kind):
-    if kind == "bool":
-        return isinstance(value, bool)
-    if kind == "str":
-        return isinstance(value, str) and value.strip() != ""
-    if kind == "list_of_str":
-        return isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value)
-    if kind == "map":
-        return value is None or isinstance(value, dict)
-    if kind == "whole":
-        return _positive_int(value)
-    raise ValueError(f"unknown kind {kind}")
-
-
-def type_problems(variables):
-    """variables: {variable: [value, kind]}, kind one of TYPE_WANTED. One message per variable of the wrong type."""
-    return [
-        f"{var} is {value!r} ({_kind(value)}): it must be {TYPE_WANTED[kind]}"
-        for var, (value, kind) in variables.items()
-        if not _type_ok(value, kind)
-    ]
-
-
-def choice_problems(variables):
-    """variables: {variable: [value, [choices]]}."""
-    return [
-        f"{var} is {value!r}: choose one of {', '.join(map(str, choices))}"
-        for var, (value, choices) in variables.items()
-        if value not in choices
-    ]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -158,15 +108,6 @@ def drain_timeout_problems(drain, stop):
         f"sglang_rolling_drain_timeout ({drain}) must be below sglang_stop_timeout ({stop}): what is still in flight "
         "when the drain wait ends finishes in sglang's SIGTERM drain, which systemd cuts at the stop timeout; "
         "lower the drain timeout or raise sglang_stop_timeout"
-    ]
-
-
-def positive_int_problems(values):
-    """values: {variable: value} that must be positive integers (seconds, counts)."""
-    return [
-        f"{var} is {value!r}: it must be a positive whole number"
-        for var, value in values.items()
-        if not _positive_int(value)
     ]
 
 
@@ -237,7 +178,7 @@ def secret_problems(secrets):
         if value is None:
             continue
         if isinstance(value, (dict, list, bool)):
-            problems.append(f"{var} must be a string (quote it), got {_kind(value)}")
+            problems.append(f"{var} must be a string (quote it), got {kind_of(value)}")
         elif re.search(r"[\r\n]", str(value)):
             problems.append(
                 f"{var} must not contain line breaks (it is written to an environment file, one variable a line)"
@@ -252,7 +193,7 @@ def env_problems(env, var):
     if env is None:
         return []
     if not isinstance(env, dict):
-        return [f"{var} must be a mapping of environment variables (NAME: value), got {_kind(env)}"]
+        return [f"{var} must be a mapping of environment variables (NAME: value), got {kind_of(env)}"]
     problems = []
     for key, value in env.items():
         if not ENV_NAME.match(str(key)):
@@ -260,7 +201,7 @@ def env_problems(env, var):
         elif str(key) in DERIVED_ENV:
             problems.append(f"{var} sets {key}, which the collection sets itself: use {DERIVED_ENV[str(key)]} instead")
         if isinstance(value, (dict, list)):
-            problems.append(f"{var}.{key} must be a string or number, got {_kind(value)}")
+            problems.append(f"{var}.{key} must be a string or number, got {kind_of(value)}")
         elif value is None or isinstance(value, bool):
             problems.append(
                 f'{var}.{key} is {value!r}: quote the value the program expects (e.g. "1", "true" or ""); '
@@ -275,7 +216,7 @@ def flags_shape_problems(flags, var):
     if flags is None:
         return []
     if not isinstance(flags, dict):
-        return [f"{var} must be a mapping of flags (name without --: value), got {_kind(flags)}"]
+        return [f"{var} must be a mapping of flags (name without --: value), got {kind_of(flags)}"]
     problems = []
     for key, value in flags.items():
         if isinstance(value, dict):

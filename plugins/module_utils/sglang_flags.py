@@ -5,7 +5,8 @@
 A *profile* (``profiles/<name>.yml``) holds the model's flags as data; the
 inventory holds the instances (ports, tp size, extra flags). The functions here merge them into
 ordered flag mappings and render those as argument lines, one flag per line, for the unit template
-and for the flag check. Nothing else in the collection spells a flag.
+and for the flag check. The flags the collection owns are tabled here (IDENTITY_FLAGS, ROUTER_FLAGS);
+rules.py names, beside them, the flags a user may not set because they would undo what the collection derives.
 """
 
 import re
@@ -19,7 +20,7 @@ IDENTITY_FLAGS = {
     "served-model-name": "sglang_served_model_name",
     "disaggregation-mode": "the role (prefill or decode)",
     "tp-size": "the instance's tp",
-    "host": "sglang_<role>_bind_host",
+    "host": "sglang_bind_host",
     "port": "the instance's port",
     "disaggregation-bootstrap-port": "the instance's bootstrap_port",
     "dist-init-addr": "the instance's dist_init_port",
@@ -121,6 +122,40 @@ def worker_env(profile, role, instance, settings):
     for layer in (envs.get("common"), envs.get(role), settings.get("extra_env"), instance.get("env")):
         merged.update({str(k): str(v) for k, v in (layer or {}).items()})
     return merged
+
+
+# The router flags the collection sets, each from one variable: {flag: variable}. The router's plan
+# (roles/sglang_router/tasks/plan.yml) reads exactly these variables and router_flags() turns them into flags;
+# sglang_router_extra_flags may not set one of them (rules.router_flag_problems), nor an alias below.
+ROUTER_FLAGS = {
+    "host": "sglang_router_host",
+    "port": "sglang_router_port",
+    "prometheus-host": "sglang_router_prometheus_host",
+    "prometheus-port": "sglang_router_prometheus_port",
+    "prefill-policy": "sglang_router_prefill_policy",
+    "decode-policy": "sglang_router_decode_policy",
+    "tokenizer-path": "sglang_router_tokenizer_path",
+    "cb-timeout-duration-secs": "sglang_router_circuit_breaker_timeout",
+    "cb-failure-threshold": "sglang_router_circuit_breaker_failure_threshold",
+    "health-check-interval-secs": "sglang_router_health_check_interval",
+    "health-failure-threshold": "sglang_router_health_failure_threshold",
+    "retry-max-retries": "sglang_router_retry_max_retries",
+}
+# Router flags (sglang-router 0.3.2's launch_router) that would set one of the above under another name.
+ROUTER_FLAG_ALIASES = {
+    "policy": "sglang_router_prefill_policy and sglang_router_decode_policy",
+    "model-path": "sglang_router_tokenizer_path",
+}
+
+
+def router_flags(values, extra_flags=None):
+    """The router's flags: ROUTER_FLAGS from their variables' values ({variable: value}), then the user's extra
+    flags (which the rules keep off ROUTER_FLAGS)."""
+    missing = sorted(v for v in ROUTER_FLAGS.values() if v not in (values or {}))
+    if missing:
+        raise FlagError(f"the router's plan was given no value for {', '.join(missing)}")
+    own = {flag: values[variable] for flag, variable in ROUTER_FLAGS.items()}
+    return merge_flags(own, extra_flags if isinstance(extra_flags, dict) else {})
 
 
 def router_lines(prefills, decodes, settings):

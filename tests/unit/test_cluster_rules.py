@@ -101,6 +101,29 @@ def test_defer(unit, totals, serving, batch, deferred):
     assert rolling.defer(unit, totals, serving, batch) is deferred
 
 
+HOST_UNITS = [{"unit": "p0", "role": "prefill"}, {"unit": "d0", "role": "decode"}, {"unit": "r", "role": "router"}]
+
+
+@pytest.mark.parametrize(
+    ("changed", "new", "rule", "now", "deferred"),
+    [
+        (["p0", "d0"], [], ({"prefill": 2, "decode": 2}, True, 1), [], ["p0", "d0"]),  # both roll
+        (["p0", "d0"], [], ({"prefill": 1, "decode": 2}, True, 1), ["p0"], ["d0"]),  # the only prefill: now
+        (["p0", "d0"], ["d0"], ({"prefill": 2, "decode": 2}, True, 1), ["d0"], ["p0"]),  # a new unit starts now
+        (["p0", "d0"], [], ({"prefill": 2, "decode": 2}, False, 1), ["p0", "d0"], []),  # the router does not serve
+        (["p0", "d0"], [], ({"prefill": 2, "decode": 2}, True, 0), ["p0", "d0"], []),  # rolling off
+        (["r"], [], ({"prefill": 2, "decode": 2, "router": 2}, True, 1), ["r"], []),  # the router never rolls
+        (["d0", "d0", "p0"], [], ({"prefill": 2, "decode": 2}, True, 1), [], ["d0", "p0"]),  # unit + env file changed
+        ([], [], ({"prefill": 2, "decode": 2}, True, 1), [], []),
+        (["gone"], [], ({"prefill": 2}, True, 1), ["gone"], []),  # not a planned unit of the host: never deferred
+    ],
+)
+def test_restart_decision(changed, new, rule, now, deferred):
+    """rule: (role totals of the deployment, the router serves, sglang_rolling_batch)."""
+    inputs = dict(zip(("totals", "router_serving", "batch"), rule, strict=True))
+    assert rolling.restart_decision(HOST_UNITS, changed, new, inputs) == {"now": now, "deferred": deferred}
+
+
 @pytest.mark.parametrize(
     ("batch", "totals", "expect"),
     [

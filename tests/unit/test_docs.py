@@ -70,3 +70,16 @@ def test_listing_has_no_undocumented(kind):
     names = MODULES if kind == "module" else FILTERS
     assert set(listed) == {f"disagg.sglang.{n}" for n in names}
     assert [line for line in listed.values() if "UNDOCUMENTED" in line] == []
+
+
+# The filters a user's own playbooks may call; every other filter says in its short description that it is the
+# roles' own plumbing, so `ansible-doc -t filter -l disagg.sglang` tells the two apart.
+USER_FILTERS = {"host_plan", "router_plan", "pd_placement", "scrape_targets", "kv_transfer_report",
+                "in_flight_requests", "stranded_kv_tokens"}  # fmt: skip
+
+
+def test_the_filter_listing_tells_a_users_filters_from_the_roles_plumbing():
+    proc = ansible_doc("-t", "filter", "-l", "disagg.sglang")
+    listed = {line.split()[0].removeprefix("disagg.sglang."): line for line in proc.stdout.splitlines() if line.strip()}
+    plumbing = {name for name, line in listed.items() if "The roles' own plumbing" in line}
+    assert set(listed) - plumbing == USER_FILTERS, sorted(set(listed) - plumbing)

@@ -250,3 +250,18 @@ def test_sglang_metric_names_are_in_the_simulators_list():
     ours = [n for n in prom.fixture_names() if n.startswith("sglang:")]
     missing = [n for n in ours if n not in sim]
     assert not missing, f"not in the simulator's sglang 0.5.23 list: {missing}"
+
+
+def test_a_percentage_for_a_fraction_and_a_bad_duration_fail_before_anything_is_written(tmp_path):
+    """The role's one variable check (module_utils/variables.py, through query('ansible.builtin.varnames')): a
+    threshold given in percent and a duration Prometheus cannot read fail the run with every such variable named."""
+    bad = {"sglang_monitoring_kv_cache_usage_threshold": 95, "sglang_monitoring_slo_for": "5 minutes"}
+    proc = converge(inventory(tmp_path / "c", HOSTS), tmp_path, check=False, **bad)
+    output = " ".join(proc.stdout.split())
+    assert proc.returncode != 0
+    assert (
+        "sglang_monitoring_kv_cache_usage_threshold is 95 (a number): it must be a fraction 0.01-1 "
+        "(a fraction: 0.95 for 95 %) (a share of KV cache (0.95, not 95))" in output
+    ), output[-3000:]
+    assert "sglang_monitoring_slo_for is '5 minutes' (a string): it must be a Prometheus duration" in output
+    assert not any((tmp_path / d).exists() for d in ("file_sd", "rules", "dashboards"))

@@ -11,9 +11,9 @@ import pytest
 import topology_fakes as tf
 import yaml
 from ansible_collections.disagg.sglang.plugins.filter.plan import FilterModule
-from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology as gt
 from ansible_collections.disagg.sglang.plugins.module_utils import plan, rules, units
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
+from ansible_collections.disagg.sglang.plugins.module_utils import variables as vt
 from inventory_vars import GROUPS, host_vars
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,15 +23,7 @@ F = FilterModule().filters()
 
 def gather(fixture, tmp):
     """gpu_topology facts of a host of tests/fixtures/topology, gathered from its fixture."""
-    spec = tf.load_host(fixture)
-    root = tf.write_sysfs(tmp, spec.get("sysfs"), spec["dir"])
-    return gt.gather(
-        sysfs_root=root,
-        nvidia_smi_path="/nonexistent",
-        runner=tf.FakeSmi(),
-        nvml_loader=tf.nvml_loader(spec["dir"], spec["nvml"]),
-        source="nvml",
-    )
+    return tf.gather(tf.load_host(fixture), tmp, "nvml")
 
 
 @pytest.fixture(scope="module")
@@ -82,11 +74,18 @@ def preflight(
     """The messages of the first preflight stage that fails, as roles/*/tasks/plan.yml compute them; [] if none.
     with_units: also the planned specs (the workers', then the router's). missing: variables whose paths the
     host lacks; listeners: {port: owner} already listening on the host."""
-    _templar, _variables, v = host_vars(inventory=inventory, groups=groups, extra=extra, host_extra=host_extra)
-    stages = []
+    _templar, variables, v = host_vars(inventory=inventory, groups=groups, extra=extra, host_extra=host_extra)
+
+    def table(role):
+        """The role's step that checks its defined variables against module_utils/variables.py."""
+        return lambda: vt.variable_problems(role, {n: v(n) for n in vt.names(role) if n in variables})
+
+    worker_roles = v("_sglang_worker_roles")
+    stages = [table("sglang_topology")] if worker_roles else []
+    stages.append(table("sglang_deps"))
     stages.append(lambda: F["deps_problems"](v("sglang_deps_packages"), v("sglang_deps_packages_nodeps"),
                                              v("sglang_deps_wheelhouse")))  # fmt: skip
-    worker_roles = v("_sglang_worker_roles")
+    stages.append(table("sglang"))
     found_paths, found_listeners = host_looks(v, worker_roles, missing, listeners)
     looks = {
         "variables": v("_sglang_user_vars"),
@@ -120,7 +119,7 @@ def preflight(
             "settings": v("_sglang_settings"),
             "secrets": v("_sglang_secrets"),
             "unit": "sglang-router",
-            "flags": {**v("_sglang_router_flags"), **(extra_flags if isinstance(extra_flags, dict) else {})},
+            "flag_values": {name: v(name) for name in F["router_flag_variables"]("sglang-router")},
             "extra_flags": extra_flags,
             "env": v("sglang_router_extra_env"),
             "ports": {
@@ -128,9 +127,10 @@ def preflight(
                 "sglang_router_prometheus_port": v("sglang_router_prometheus_port"),
             },
             **looks,
-            "variables": {**v("_sglang_user_vars"), **v("_sglang_router_user_vars")},
+            "variables": v("_sglang_user_vars"),
         }
         router = F["router_plan"](plan["units"], router_inputs)
+        stages.append(table("sglang_router"))
         stages.append(lambda: router["problems"])
     for stage in stages:
         messages = stage()
@@ -207,11 +207,11 @@ def test_ports_held_by_the_deployment_or_a_unit_it_stops_first_plan(topology, li
 ODD_VALUES = [None, 0, -1, 1.5, True, "", "x y", "/abs", [], ["a"], {}, {"a": 1}]
 
 
-@pytest.mark.parametrize("variable", sorted({*plan.VARIABLE_KINDS, *plan.VARIABLE_CHOICES, "sglang_unit_prefix"}))
+@pytest.mark.parametrize("variable", sorted(vt.VARIABLES))
 def test_odd_values_of_every_checked_variable_give_messages_not_exceptions(variable):
     """Every value of every variable: either accepted or refused with a message naming the variable."""
     for value in ODD_VALUES:
-        messages = plan.variables_problems({variable: value})
+        messages = vt.variable_problems(vt.VARIABLES[variable]["role"], {variable: value})
         assert all(isinstance(m, str) for m in messages)
         assert all(variable in m for m in messages), messages
 

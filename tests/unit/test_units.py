@@ -340,3 +340,15 @@ def test_hardening_by_kind(kind, present, absent):
     assert {"NoNewPrivileges", "ProtectSystem", "ReadWritePaths", "ProtectHome"} <= set(keys)
     assert set(present) <= set(keys)
     assert not set(absent) & set(keys)
+
+
+def test_every_router_flag_the_collection_sets_has_one_variable_and_is_refused_as_an_extra_flag():
+    """One table (sglang_flags.ROUTER_FLAGS) sets the router's own flags and is the list extra flags may not set."""
+    values = {variable: f"v-{flag}" for flag, variable in sf.ROUTER_FLAGS.items()}
+    assert sf.router_flags(values) == {flag: f"v-{flag}" for flag in sf.ROUTER_FLAGS}
+    assert sf.router_flags(values, {"log-level": "debug"})["log-level"] == "debug"
+    for flag, variable in sf.ROUTER_FLAGS.items():
+        [message] = rules.router_flag_problems({flag: 1})
+        assert f"sets --{flag}, which the collection owns: use {variable} instead" in message
+    with pytest.raises(sf.FlagError, match="no value for sglang_router_port"):
+        sf.router_flags({k: v for k, v in values.items() if k != "sglang_router_port"})
