@@ -36,6 +36,11 @@ def health_url_of_unit(text, role):
     return rolling.health_url_of_unit(text, role)
 
 
+def with_previous(units, previous_files, previous_env_files, host):
+    """The units to roll back with their host and previous files (see rolling.with_previous)."""
+    return rolling.with_previous(list(units), previous_files, previous_env_files, host)
+
+
 def rolling_left(batches, done):
     """The units of the batches a failed rolling restart left alone (see rolling.rolling_left)."""
     return rolling.rolling_left(list(batches), list(done))
@@ -55,6 +60,7 @@ class FilterModule:
             "role_totals": role_totals,
             "restart_decision": restart_decision,
             "rolling_left": rolling_left,
+            "with_previous": with_previous,
             "env_file_value": env_file_value,
             "health_url_of_unit": health_url_of_unit,
         }

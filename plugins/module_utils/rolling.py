@@ -77,6 +77,20 @@ def rolling_plan(changed, inputs):
     return batches
 
 
+def with_previous(units, previous_files, previous_env_files, host):
+    """The units to roll back on HOST as restore.yml takes them: each spec with its host and the previous unit and
+    environment files this run kept ('' where it kept none)."""
+    return [
+        {
+            **u,
+            "host": host,
+            "previous": (previous_files or {}).get(u["unit"]) or "",
+            "previous_env": (previous_env_files or {}).get(u["unit"]) or "",
+        }
+        for u in units
+    ]
+
+
 def rolling_left(batches, done):
     """The units of the batches not restarted (not in done, "unit@host"), that have a previous unit or environment
     file to put back."""

@@ -23,8 +23,9 @@ from ansible_collections.disagg.sglang.plugins.module_utils import prom_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"))
 
-from pdsim_testing import http
 from sglang_pd_sim.promtext import parse_exposition
+
+from tests.http_client import http
 
 
 def gauge(sim, name: str) -> float:

@@ -36,6 +36,8 @@ def spec(unit, sim):
 
 def run_play(tmp_path, units, **extra):
     children = {"prefill": {"hosts": {"prefill-01": {"sglang_worker_units": units}}}}
+    # what the plan (plan.yml) counts once per run; the model path the worker role's dependency requires
+    extra = {"sglang_role_totals": {"prefill": len(units)}, "sglang_model_path": "/models/m", **extra}
     return [msg for _host, msg in debug_messages(local_play(tmp_path, children, PLAY, extra))]
 
 
