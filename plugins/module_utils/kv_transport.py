@@ -198,8 +198,8 @@ def likely_cause(env, src, dst):
 
 
 def _verdict_fields(result, lane, src, dst, min_gbps):
-    """The fields every verdict reports, from the probe's result line and the lane UCX chose; "speed" is the raw
-    GB/s (None without timing), which the caller takes out once it has judged it."""
+    """(fields, speed): the fields every verdict reports, from the probe's result line and the lane UCX chose, and
+    the raw GB/s (None without timing) that the caller judges."""
     init = result.get("initiator") or {}
     target = result.get("target") or {}
     nbytes = result.get("bytes")
@@ -213,7 +213,6 @@ def _verdict_fields(result, lane, src, dst, min_gbps):
         "protocol": lane["protocol"] if lane else None,
         "operation": lane["operation"] if lane else None,
         "gbps": round(speed, 2) if speed is not None else None,
-        "speed": speed,
         "min_gbps": min_gbps,
         "bytes": nbytes,
         "bytes_verified": target.get("bytes_verified"),
@@ -221,7 +220,16 @@ def _verdict_fields(result, lane, src, dst, min_gbps):
         "allocator": init.get("allocator"),
         "notified": target.get("notified"),
         "message": "",
-    }
+    }, speed
+
+
+def _ended_early(out, result, text, what, seen=""):
+    """Sets out["message"] and says True when the probe gave no result line or reported a failure."""
+    if not result:
+        out["message"] = f"{what}: no result line from the probe (output tail: {_tail(text)})"
+    elif not result.get("ok"):
+        out["message"] = f"{what} failed{seen}: {result.get('error', 'unknown error')}"
+    return not result or not result.get("ok")
 
 
 def decide(text, min_gbps, src=None, dst=None, env=None, *, mem=None):
@@ -239,16 +247,11 @@ def decide(text, min_gbps, src=None, dst=None, env=None, *, mem=None):
     dst = result.get("dst", dst)
     env = dict(env or {}, **(result.get("env") or {}))
     lane = put_lane(parse_proto_tables(text))
-    out = _verdict_fields(result, lane, src, dst, min_gbps)
-    nbytes, speed, target = out["bytes"], out["speed"], result.get("target") or {}
-    del out["speed"]
+    out, speed = _verdict_fields(result, lane, src, dst, min_gbps)
+    nbytes, target = out["bytes"], result.get("target") or {}
     pair = f"GPU {src} -> GPU {dst}"
-    if not result:
-        out["message"] = f"KV transport probe {pair}: no result line from the probe (output tail: {_tail(text)})"
-        return out
-    if not result.get("ok"):
-        seen = f" (lane {lane['lane']}, {out['gbps']} GB/s)" if lane and speed is not None else ""
-        out["message"] = f"KV transport probe {pair} failed{seen}: {result.get('error', 'unknown error')}"
+    seen = f" (lane {lane['lane']}, {out['gbps']} GB/s)" if lane and speed is not None else ""
+    if _ended_early(out, result, text, f"KV transport probe {pair}", seen):
         return out
     size = f"{nbytes / 2**20:g} MiB"
     speed_text = f"{out['gbps']} GB/s" if speed is not None else "no timing"
@@ -275,15 +278,11 @@ def decide_dram(text, result, min_gbps=None):
     printed the host->host put table and every byte arrived as written. The GB/s is reported, labelled
     DRAM_LABEL, and never compared with min_gbps (the floor for the GPU path)."""
     lane = put_lane(parse_proto_tables(text), mem="dram")
-    out = {"memory": "DRAM", **_verdict_fields(result, lane, None, None, None)}
-    nbytes, speed, target = out["bytes"], out["speed"], result.get("target") or {}
-    del out["speed"]
+    fields, speed = _verdict_fields(result, lane, None, None, None)
+    out = {"memory": "DRAM", **fields}
+    nbytes, target = out["bytes"], result.get("target") or {}
     what = f"KV transport probe {DRAM_LABEL}"
-    if not result:
-        out["message"] = f"{what}: no result line from the probe (output tail: {_tail(text)})"
-        return out
-    if not result.get("ok"):
-        out["message"] = f"{what} failed: {result.get('error', 'unknown error')}"
+    if _ended_early(out, result, text, what):
         return out
     speed_text = f"{out['gbps']} GB/s" if speed is not None else "no timing"
     lane_text = f"{lane['lane']} ({lane['protocol']})" if lane else "an unknown lane"

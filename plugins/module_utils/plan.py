@@ -9,7 +9,9 @@ Planned once per run, in the preflight play (roles/sglang/tasks/plan.yml), befor
     pd_problems(plans)           once: prefill and decode agree on what the KV handoff needs
     router_plan(workers, inputs) on each router host: the router spec from the worker specs -> {unit, problems}
 
-Apply (units.yml, wait.yml, the router's smoke request) reads these specs and derives nothing again.
+Apply (units.yml, wait.yml, the rolling step, the router's smoke request) reads these specs. What it decides
+itself is what only the hosts can tell: which unit files changed (the restart rule, rolling.restart_decision),
+and, for a rollback, the health URL of the restored previous unit file (rolling.health_url_of_unit).
 """
 
 import json

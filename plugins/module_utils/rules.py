@@ -188,12 +188,15 @@ def secret_problems(secrets):
     return problems
 
 
+def _not_a_mapping(value, var, what):
+    """[message] when VALUE is neither left out (None) nor a mapping of WHAT."""
+    return [] if value is None else [f"{var} must be a mapping of {what}, got {kind_of(value)}"]
+
+
 def env_problems(env, var):
     """An environment mapping: names systemd accepts, single-line string values, nothing the collection derives."""
-    if env is None:
-        return []
     if not isinstance(env, dict):
-        return [f"{var} must be a mapping of environment variables (NAME: value), got {kind_of(env)}"]
+        return _not_a_mapping(env, var, "environment variables (NAME: value)")
     problems = []
     for key, value in env.items():
         if not ENV_NAME.match(str(key)):
@@ -213,10 +216,8 @@ def env_problems(env, var):
 
 
 def flags_shape_problems(flags, var):
-    if flags is None:
-        return []
     if not isinstance(flags, dict):
-        return [f"{var} must be a mapping of flags (name without --: value), got {kind_of(flags)}"]
+        return _not_a_mapping(flags, var, "flags (name without --: value)")
     problems = []
     for key, value in flags.items():
         if isinstance(value, dict):

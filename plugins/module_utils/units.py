@@ -2,9 +2,9 @@
 # Apache License 2.0 (see galaxy.yml)
 """Unit specs: what one systemd unit of the collection runs, from placement, profile and inventory.
 
-A spec is a plain dict that ``roles/sglang/templates/sglang.service.j2`` renders: the command line and
-environment come from the spec only; the template adds the service account and the hardening, chosen by
-the kind of unit (a GPU worker or a plain service). Worker and router units use the same spec shape.
+A spec is a plain dict that ``roles/sglang/templates/sglang.service.j2`` renders, and the template only renders:
+the command line, the environment, the service account and the hardening (hardening(), chosen by the kind of
+unit: a GPU worker or a plain service) all come from the spec. Worker and router units use the same spec shape.
 """
 
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf

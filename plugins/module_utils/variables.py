@@ -40,6 +40,7 @@ def _v(role, kind, span=(None, None), what="", *, choices=None, also=()):
 
 
 S, D, T, W, R, B, M = ROLES
+# The table: one row per variable, every row of one shape on purpose (`duplicates` pairs runs of them).
 # kind: bool | str (not empty) | text (may be empty) | path (absolute) | path_or_empty | host | port | int | float |
 # fraction (a float in its range, where 0.9 means 90 %) | choice | duration | mode | list_of_str | list_of_int |
 # map | list (a structured list with its own rules) | secret (its own rules: single line, vault) | pattern:<NAME>

@@ -17,17 +17,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "sandbox"))
+sys.path.insert(0, str(ROOT))  # tests.http_client
 from fakegpu import render_model  # noqa: E402  (the sandbox's tiny real tokenizer)
+
+from tests.http_client import free_port, http  # noqa: E402
 
 # The sandbox's bench settings (tests/integration/test_bench.py): a token latency so TPOT has a value,
 # a decode batch factor and a per-token prefill cost so the shapes are those of the report.
@@ -39,18 +40,11 @@ SIM_ENV = {
 INPUT_LEN, OUTPUT_LEN = 256, 64
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_ok(url: str, deadline: float) -> None:
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
+            if http("GET", url, timeout=2)[0] == 200:
+                return
         except OSError:
             pass
         time.sleep(0.5)

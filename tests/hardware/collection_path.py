@@ -1,4 +1,4 @@
-"""Import the collection's module_utils from a plain script, as Ansible names them.
+"""Import the collection's module_utils from a plain script, as Ansible names them; run one of its modules.
 
 The module_utils files import each other as `ansible_collections.disagg.sglang.plugins.module_utils.*`;
 a script run from the checkout (the device machine has no Ansible) gets those names from a temporary
@@ -6,6 +6,7 @@ folder holding `ansible_collections/disagg/sglang` -> the checkout, put first on
 """
 
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -44,3 +45,19 @@ def module_utils(name):
     """The collection's plugins/module_utils/<name>.py as a module."""
     collections_root()
     return importlib.import_module(f"ansible_collections.disagg.sglang.plugins.module_utils.{name}")
+
+
+def adhoc(ansible, module, args, **run):
+    """One ad-hoc run of the collection's MODULE on localhost (a local connection, this Python as the interpreter,
+    one line of output): `ANSIBLE localhost ... -m MODULE -a ARGS...` (ANSIBLE: the argv that runs ansible, ARGS:
+    the module's arguments, then any more options). RUN goes to subprocess.run (env, cwd, timeout). Returns (the
+    CompletedProcess, its status such as "localhost | SUCCESS", the module's result or None when not JSON)."""
+    argv = [*ansible, "localhost", "-i", "localhost,", "-c", "local", "-o",
+            "-e", f"ansible_python_interpreter={sys.executable}", "-m", module, "-a", *args]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, **run)
+    head, sep, body = proc.stdout.partition("=> ")
+    try:
+        result = json.loads(body) if sep else None
+    except ValueError:
+        result = None
+    return proc, head.strip(), result

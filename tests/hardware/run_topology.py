@@ -30,7 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from collection_path import module_utils, subprocess_runner  # noqa: E402 (this folder, put on sys.path above)
+from collection_path import adhoc, module_utils, subprocess_runner  # noqa: E402 (this folder, put on sys.path above)
 
 gt = module_utils("gpu_topology")
 
@@ -264,40 +264,18 @@ def run_module():
     env = dict(os.environ, ANSIBLE_CONFIG=str(cfg), LC_ALL="C.UTF-8", LANG="C.UTF-8", ANSIBLE_NOCOLOR="1")
     runs = []
     for args in (["source=nvml"], ["source=nvidia-smi"], ["source=auto", "--check"]):
-        argv = [
-            sys.executable,
-            "-m",
-            "ansible",
-            "adhoc",
-            "localhost",
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-o",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            "-m",
-            "disagg.sglang.gpu_topology",
-            "-a",
-            args[0],
-            *args[1:],
-        ]
         t0 = time.perf_counter()
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+        proc, status, result = adhoc([sys.executable, "-m", "ansible", "adhoc"], "disagg.sglang.gpu_topology", args,
+                                     env=env)  # fmt: skip
         wall = time.perf_counter() - t0
-        entry = {"argv": ["ansible", *argv[3:]], "rc": proc.returncode, "wall_s": round(wall, 3)}
-        head, sep, body = proc.stdout.partition("=> ")
-        try:
-            entry["result"] = json.loads(body) if sep else None
-        except ValueError:
-            entry["result"] = None
+        entry = {"argv": ["ansible", *proc.args[3:]], "rc": proc.returncode, "wall_s": round(wall, 3)}
+        entry["result"] = result
         if entry["result"] is None:
             entry["stdout"] = proc.stdout[-4000:]
         entry["stderr"] = proc.stderr[-2000:]
-        entry["status"] = head.strip()
+        entry["status"] = status
         runs.append(entry)
-        log(f"ansible {' '.join(args)}: rc {proc.returncode}, {wall:.2f} s, {head.strip()}")
+        log(f"ansible {' '.join(args)}: rc {proc.returncode}, {wall:.2f} s, {status}")
     return {"runs": runs}
 
 

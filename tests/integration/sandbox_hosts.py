@@ -99,6 +99,25 @@ def debug_messages(output):
     return found
 
 
+def controller_playbook(inventory, playbook, variables, home, *args, check=True):
+    """The venv's ansible-playbook of PLAYBOOK on INVENTORY with VARIABLES as extra vars, from the repository root
+    with its ansible.cfg, in a bare environment whose HOME is the test's folder HOME. Fails the test with its output
+    when it fails (unless CHECK is false); returns the CompletedProcess. For unit tests that run roles on the
+    controller."""
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), str(playbook), "-e", json.dumps(variables), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": f"{VENV_BIN}:/usr/bin:/bin", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "HOME": str(home)},
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(f"ansible-playbook failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+    return proc
+
+
 def local_play(tmp_path, children, play, variables, *args):
     """ansible-playbook of PLAY (YAML text) over local connections on an inventory of CHILDREN ({group: {hosts:
     {name: vars}}}) with VARIABLES as extra vars; fails the test with its output on error, returns its stdout.
@@ -107,15 +126,4 @@ def local_play(tmp_path, children, play, variables, *args):
     inv.write_text(yaml.safe_dump({"all": {"vars": {"ansible_connection": "local"}, "children": children}}))
     path = tmp_path / "play.yml"
     path.write_text(play)
-    proc = subprocess.run(
-        [str(VENV_BIN / "ansible-playbook"), "-i", str(inv), str(path), "-e", json.dumps(variables), *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"PATH": f"{VENV_BIN}:/usr/bin:/bin", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "HOME": str(tmp_path)},
-        check=False,
-    )
-    if proc.returncode != 0:
-        pytest.fail(f"ansible-playbook failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
-    return proc.stdout
+    return controller_playbook(inv, path, variables, tmp_path, *args).stdout

@@ -95,6 +95,13 @@ def accuracy(sandbox, extra=None, check=True):
                check=check, timeout=900)  # fmt: skip
 
 
+def show_progress(output, pattern):
+    """The progress lines of a run of two steps (one line per step, matching PATTERN), printed."""
+    lines = re.findall(pattern, output)
+    assert len(lines) == 2, output[-3000:]  # one progress line per step
+    print("\n".join(lines))
+
+
 def reports(sandbox, name="report.json"):
     return sorted(p for p in (sandbox["reports"] / "bench-sandbox").iterdir() if (p / name).exists())
 
@@ -113,9 +120,7 @@ def check_accuracy(directory, passed):
 
 def test_the_accuracy_gate_passes_and_fails_closed(sandbox):
     good = accuracy(sandbox)
-    lines = re.findall(r"accuracy step \d/2: questions \d+-\d+ in .*", good.stdout)
-    assert len(lines) == 2, good.stdout[-3000:]  # one progress line per step
-    print("\n".join(lines))
+    show_progress(good.stdout, r"accuracy step \d/2: questions \d+-\d+ in .*")
     [one] = reports(sandbox, "accuracy.json")
     report = check_accuracy(one, passed=True)
     assert report["summary"]["flexible"] == 1.0 and report["summary"]["failed"] == 0
@@ -159,9 +164,7 @@ def check_report(directory, concurrencies):
 
 def test_two_runs_compare_and_a_slower_decode_fails_the_gate(sandbox):
     first = bench(sandbox)
-    lines = re.findall(r"step \d/2 concurrency \d+: .*", first.stdout)
-    assert len(lines) == 2, first.stdout[-3000:]  # one progress line per step
-    print("\n".join(lines))
+    show_progress(first.stdout, r"step \d/2 concurrency \d+: .*")
     assert "no earlier report of this inventory" in first.stdout
     [one] = reports(sandbox)
     report = check_report(one, [1, 4])

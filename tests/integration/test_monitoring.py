@@ -16,13 +16,10 @@ site.yml's preflight planned (the facts sglang_worker_units and sglang_router_un
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 import pytest
 import yaml
@@ -31,9 +28,10 @@ from sandbox_hosts import REPO, VENV_BIN, down, run, ssh_config, up, write_inven
 sys.path.insert(0, str(REPO / "tests" / "monitoring"))
 import prom
 
+from tests.http_client import free_port, http
+
 SANDBOX = "mon"
 HOST = f"{SANDBOX}-1"
-DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 ROUTER_PORT, PROM_PORT = 8000, 29000
 REQUESTS = 24
 RATE = "3m"  # $__rate_interval of the live queries: wide enough to still hold the traffic of this run
@@ -43,22 +41,12 @@ KV_ALERT = "SGLangKVTransferFailures"
 KV_ALERT_WAIT = 60  # seconds: decode's handoff timeout (2 s) per request, a scrape, an evaluation, with room
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http(method, url, body=None, timeout=30):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+def http_status(method, url, body=None, timeout=30):
+    """The status of one request; 0 when nothing answered (not listening yet, timed out)."""
     try:
-        with DIRECT.open(req, timeout=timeout) as resp:
-            return resp.status, resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
-    except OSError as exc:
-        return 0, str(exc)
+        return http(method, url, body, timeout=timeout)[0]
+    except OSError:
+        return 0
 
 
 def wait_until(probe, timeout, what, interval=1.0):
@@ -101,8 +89,8 @@ class Prometheus:
 
     def api(self, path, **params):
         status, body = http("GET", f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}", timeout=10)
-        assert status == 200, f"{path} {params}: {status} {body[:500]}\n{self.log.read_text()[-2000:]}"
-        return json.loads(body)["data"]
+        assert status == 200, f"{path} {params}: {status} {str(body)[:500]}\n{self.log.read_text()[-2000:]}"
+        return body["data"]
 
     def query(self, expr):
         return self.api("query", query=expr)["result"]
@@ -169,7 +157,7 @@ def deployment(tmp_path_factory):
             binaries["prometheus"], work, out / "rules" / "sglang-alerts.yml", out / "file_sd" / "*.json"
         )
         try:
-            wait_until(lambda: http("GET", f"{server.url}/-/ready")[0] == 200, 60, "Prometheus ready")
+            wait_until(lambda: http_status("GET", f"{server.url}/-/ready") == 200, 60, "Prometheus ready")
             yield {"prometheus": server, "address": address, "out": out, "work": work}
         finally:
             server.stop()
@@ -215,18 +203,18 @@ def traffic(deployment):
         if i % 4 == 3:
             body = {"model": "deepseek-v4-flash", "messages": [{"role": "user", "content": f"question {i}"}],
                     "max_tokens": 16, "stream": True}  # fmt: skip
-            statuses.append(http("POST", f"{router}/v1/chat/completions", body)[0])
+            statuses.append(http_status("POST", f"{router}/v1/chat/completions", body))
         else:
             body = {"text": f"The capital of France is {i}", "sampling_params": {"max_new_tokens": 16}}
-            statuses.append(http("POST", f"{router}/generate", body)[0])
+            statuses.append(http_status("POST", f"{router}/generate", body))
     assert statuses.count(200) == REQUESTS, statuses
     print(f"{REQUESTS} requests through the router: all 200")
 
     def ready():
-        return http("GET", f"{router}/readiness")[0] == 200
+        return http_status("GET", f"{router}/readiness") == 200
 
     def one(text):
-        return http("POST", f"{router}/generate", {"text": text, "sampling_params": {"max_new_tokens": 4}}, 60)[0]
+        return http_status("POST", f"{router}/generate", {"text": text, "sampling_params": {"max_new_tokens": 4}}, 60)
 
     faults["kv_alert_before"] = alert_rule(deployment["prometheus"], KV_ALERT)  # no failure yet: inactive
     try:
@@ -363,9 +351,8 @@ def test_kv_bytes_went_through_real_nixl_under_the_units_hardening(deployment, t
     """With SGLANG_SIM_KV_NIXL=1 the prefill unit WRITEs each room's KV bytes into the decode unit through the
     installed NIXL/UCX (host memory), both under the workers' systemd hardening, and the decode checks every byte
     before it answers: the rooms it lists at GET /sim/nixl."""
-    status, body = http("GET", f"http://{deployment['address']}:{DECODE_PORT}/sim/nixl")
-    assert status == 200, body
-    seen = json.loads(body)
+    status, seen = http("GET", f"http://{deployment['address']}:{DECODE_PORT}/sim/nixl", timeout=30)
+    assert status == 200, seen
     assert seen["on"] is True, f"the NIXL handoff is off in the decode unit: {seen['why']}"
     good = [r for r in seen["rooms"] if r["bytes"] > 0 and r["bytes_verified"] == r["bytes"]]
     print(f"{len(good)} rooms over NIXL, {sum(r['bytes'] for r in good)} bytes verified, from {seen['rooms'][:1]}")

@@ -10,12 +10,10 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,11 +30,10 @@ if str(PDSIM_SRC) not in sys.path:
 
 from sglang_pd_sim import cli as sim_cli  # noqa: E402
 
-MODEL = "/models/DeepSeek-V4-Flash"
-JSON_HEADERS = {"Content-Type": "application/json"}
 # loopback only: never through a proxy named in the environment (the router's HTTP client honours them too)
-DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-PROXY_VARS = {"http_proxy", "https_proxy", "all_proxy"}
+from tests.http_client import DIRECT, free_port, http, stream, without_proxies  # noqa: E402
+
+MODEL = "/models/DeepSeek-V4-Flash"
 
 # The DeepSeek-V4-Flash sm_120 deployment, as the collection renders it (TP4 + TP4, marlin, NIXL).
 DSV4_COMMON = [
@@ -58,27 +55,6 @@ DSV4_DECODE = [
 # --------------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http(method: str, url: str, body=None, headers: dict | None = None, timeout: float = 10.0):
-    """(status, parsed JSON or text) without raising on HTTP errors."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={**JSON_HEADERS, **(headers or {})})
-    try:
-        with DIRECT.open(req, timeout=timeout) as resp:
-            status, raw = resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read()
-    try:
-        return status, json.loads(raw) if raw else None
-    except ValueError:
-        return status, raw.decode(errors="replace")
 
 
 def wait_until(probe, timeout: float, interval: float = 0.05, what: str = "condition"):
@@ -140,7 +116,7 @@ class Launcher:
 
     def _spawn(self, name: str, argv: list[str], env: dict | None = None, **ports) -> Proc:
         log_path = self.tmp_path / f"{name}.log"
-        full_env = {k: v for k, v in os.environ.items() if k.lower() not in PROXY_VARS}
+        full_env = without_proxies()
         full_env.update(env or {}, NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
         full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PDSIM_SRC), full_env.get("PYTHONPATH")]))
         with open(log_path, "wb") as log:
@@ -471,16 +447,9 @@ def test_router_pd_generate_and_stream_reach_decode_with_one_bootstrap_room(pd_s
     assert p_rec["status"] == d_rec["status"] == 200
 
     t0 = time.monotonic()
-    req = urllib.request.Request(
-        url(router, "/v1/chat/completions"),
-        data=json.dumps(
-            {"model": "dsv4", "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 5, "stream": True}
-        ).encode(),
-        headers=JSON_HEADERS,
-        method="POST",
-    )
+    chat = {"model": "dsv4", "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 5, "stream": True}
     events, first_chunk = [], None
-    with DIRECT.open(req, timeout=20) as resp:
+    with stream("POST", url(router, "/v1/chat/completions"), chat, timeout=20) as resp:
         assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
         for raw in resp:
             line = raw.decode().strip()
@@ -575,7 +544,7 @@ def accuracy_run(router: Proc, prefill: Proc, run_dir: Path, gate: dict, baselin
                 "questions": 40, "shots": 3, "max_tokens": 256, "temperature": 0.0, "concurrency": 8,
                 "request_timeout": 30, "deadline": 60}  # fmt: skip
     (run_dir / "raw").mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if k.lower() not in PROXY_VARS}
+    env = without_proxies()
     env["PYTHONPATH"] = str(BENCH_FILES)
     for number, first in enumerate((0, 20), start=1):
         config = run_dir / f"step-{number}.json"

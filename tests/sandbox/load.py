@@ -32,6 +32,8 @@ import time
 import urllib.error
 import urllib.request
 
+# This file is copied alone onto the guest and run by its python3: it keeps its own few lines of urllib instead of
+# the controller's tests/http_client.py.
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 PROMPT = "The capital of France is"
 

@@ -18,6 +18,10 @@ _TESTS = REPO / "tests"
 for _path in (COLLECTIONS, Path(__file__).resolve().parent, _TESTS / "sglang_parser", _TESTS / "integration"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
+# The repository root: the tests' shared modules by their package name (tests.http_client). Its other folders are
+# no packages (no __init__.py), so they shadow nothing installed.
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
 import pytest  # noqa: E402
 import real_parser_client as rpc  # noqa: E402

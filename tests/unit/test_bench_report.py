@@ -126,6 +126,18 @@ def test_server_delta_of_a_real_simulator_scrape():
     assert got["histograms"]["sglang:e2e_request_latency_seconds"]["p99"] is None  # the simulator has no buckets
 
 
+def test_the_report_reads_metrics_with_the_collections_parser_and_leaves_out_values_that_are_not_finite():
+    assert Path(br.prom_text.__file__).resolve() == REPO / "plugins/module_utils/prom_text.py"
+    page = 'sglang:num_queue_reqs{tp_rank="0"} NaN\nsglang:num_queue_reqs{tp_rank="1"} 2.0\nsglang:token_usage +Inf\n'
+    assert br.gauge_totals(page) == {"sglang:num_queue_reqs": 2.0}
+    after = page + "sglang:num_requests_total 5\nsglang:e2e_request_latency_seconds_count NaN\n"
+    assert br.server_delta("", after) == {
+        "histograms": {},
+        "counters": {"sglang:num_requests_total": 5.0},
+        "gauges_max": {"sglang:num_queue_reqs": 2.0},
+    }
+
+
 def test_parse_unit_of_a_rendered_decode_unit():
     unit = br.parse_unit((FIXTURES / "sglang-decode0.service").read_text())
     assert unit["module"] == "sglang_pd_sim"

@@ -24,17 +24,10 @@ CASES = [(h, s) for h in HOSTS for s in _sources(tf.load_host(h))]
 
 
 def gather_host(spec, source, tmp_path):
-    root = tf.write_sysfs(tmp_path / "root", spec.get("sysfs"), spec["dir"])
     if source == "nvml":
-        return gt.gather(
-            sysfs_root=root,
-            nvidia_smi_path="/nonexistent/nvidia-smi",
-            runner=tf.FakeSmi(),
-            nvml_loader=tf.nvml_loader(spec["dir"], spec["nvml"]),
-            source="nvml",
-        )
+        return tf.gather(spec, tmp_path / "root", "nvml")
     smi = tf.FakeSmi(spec["outputs"], spec["dir"])
-    facts = gt.gather(sysfs_root=root, nvidia_smi_path="/usr/bin/nvidia-smi", runner=smi, nvml_loader=tf.no_nvml)
+    facts = tf.gather(spec, tmp_path / "root", "nvidia-smi", runner=smi)
     # only the two documented invocations (and the optional p2p ones) were made, with LC_ALL-free argv
     asked = [c[1:] for c in smi.calls]
     assert asked[0] == gt.QUERY_ARGS and gt.TOPO_ARGS in asked

@@ -3,7 +3,6 @@ through `ansible` itself, against a fake nvidia-smi that answers only the query 
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,8 +11,11 @@ import topology_fakes as tf
 from ansible.module_utils import testing
 from ansible_collections.disagg.sglang.plugins.modules import gpu_topology as module
 
-SANDBOX = tf.load_host("rtxpro6000-8x")
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "hardware"))
+from collection_path import adhoc  # noqa: E402 (the device run's module runner, tests/hardware)
+
+SANDBOX = tf.load_host("rtxpro6000-8x")
 
 FAKE_SMI = """#!{python}
 import sys
@@ -111,32 +113,9 @@ def test_through_ansible(host, tmp_path):
         ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"),
         LC_ALL="C.UTF-8",
     )
-    proc = subprocess.run(
-        [
-            str(ansible),
-            "localhost",
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "--check",
-            "-o",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            "-m",
-            "disagg.sglang.gpu_topology",
-            "-a",
-            f"nvidia_smi_path={host['smi']} sysfs_root={host['root']}",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads(proc.stdout.partition("=> ")[2])
+    args = [f"nvidia_smi_path={host['smi']} sysfs_root={host['root']}", "--check"]
+    proc, _status, result = adhoc([str(ansible)], "disagg.sglang.gpu_topology", args, env=env, cwd=REPO, timeout=120)
+    assert proc.returncode == 0 and result is not None, proc.stdout + proc.stderr
     facts = result["ansible_facts"]["gpu_topology"]
     assert result["changed"] is False and len(facts["gpus"]) == 8
     assert facts["sources"]["gpus"] == ["nvidia-smi"]

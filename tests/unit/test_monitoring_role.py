@@ -19,9 +19,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monitoring"))
 import prom
 from ansible_collections.disagg.sglang.plugins.module_utils.monitoring import scrape_targets
+from sandbox_hosts import controller_playbook
 
 REPO = prom.REPO
-VENV_BIN = REPO / ".venv" / "bin"
 PLAY = """
 - name: Monitoring files
   hosts: prefill:decode:router
@@ -80,18 +80,7 @@ def converge(inv, out, check=True, **extra):
         "sglang_monitoring_promtool": prom.ensure_prometheus()["promtool"],
         **extra,
     }
-    proc = subprocess.run(
-        [str(VENV_BIN / "ansible-playbook"), "-i", str(inv), str(play), "-e", json.dumps(variables)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"PATH": f"{VENV_BIN}:/usr/bin:/bin", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "HOME": str(out)},
-        check=False,
-    )
-    if check and proc.returncode != 0:
-        pytest.fail(f"ansible-playbook failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
-    return proc
+    return controller_playbook(inv, play, variables, out, check=check)
 
 
 def recap(output):

@@ -18,22 +18,9 @@ for _host in tf.host_dirs():
 
 
 def facts_of(host, tmp_path):
+    """The host's facts through nvidia-smi where it has its outputs, else through NVML."""
     spec = tf.load_host(host)
-    root = tf.write_sysfs(tmp_path / "root", spec.get("sysfs"), spec["dir"])
-    if spec.get("outputs"):
-        return gt.gather(
-            sysfs_root=root,
-            nvidia_smi_path="/usr/bin/nvidia-smi",
-            runner=tf.FakeSmi(spec["outputs"], spec["dir"]),
-            nvml_loader=tf.no_nvml,
-        )
-    return gt.gather(
-        sysfs_root=root,
-        nvidia_smi_path="/nonexistent",
-        runner=tf.FakeSmi(),
-        nvml_loader=tf.nvml_loader(spec["dir"], spec["nvml"]),
-        source="nvml",
-    )
+    return tf.gather(spec, tmp_path / "root", "nvidia-smi" if spec.get("outputs") else "nvml")
 
 
 @pytest.mark.parametrize(("host", "case"), CASES)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"))
 
-from pdsim_testing import http
+from tests.http_client import http
 
 POLL = {"SGLANG_SIM_DRAIN_POLL": "0.05"}  # the SIGTERM watchdog period (sglang: 5 s)
 SLOW = {"SGLANG_SIM_TOKEN_LATENCY": "0.05", **POLL}  # 20 tokens: about 1 s in flight

@@ -18,8 +18,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"))
 
-from pdsim_testing import http
 from sglang_pd_sim.cli import load_knobs
+
+from tests.http_client import http
 
 FAST_DRAIN = {"SGLANG_SIM_DRAIN_POLL": "0.1"}
 

@@ -6,11 +6,9 @@ on one simulator subprocess on 127.0.0.1. Waits and request counts are bounded (
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,9 +16,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"))
 
-from pdsim_testing import DIRECT, http
 from sglang_pd_sim.cli import Knobs, load_knobs
 from sglang_pd_sim.engine import Engine, kv_transfer, prefill_seconds, token_seconds
+
+from tests.http_client import http, stream
 
 
 @pytest.mark.parametrize(
@@ -95,10 +94,8 @@ def test_prefill_queue_first_come_first_served_one_slot():
 
 
 def time_to_first_chunk(url: str, body: dict) -> float:
-    req = urllib.request.Request(url, data=json.dumps({**body, "stream": True}).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")  # fmt: skip
     t0 = time.monotonic()
-    with DIRECT.open(req, timeout=10) as resp:
+    with stream("POST", url, {**body, "stream": True}) as resp:
         while not resp.readline().startswith(b"data: "):
             pass
         first = time.monotonic() - t0

@@ -16,9 +16,10 @@ import pytest
 PDSIM = Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"
 sys.path.insert(0, str(PDSIM))
 
-from pdsim_testing import http  # noqa: E402
 from sglang_pd_sim.collector import ALL_ROLES, SimMetrics, series_table  # noqa: E402
 from sglang_pd_sim.promtext import Registry, go_float, parse_exposition  # noqa: E402
+
+from tests.http_client import http  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "metrics" / "sglang-0.5.23-metrics.txt"
 TOK = {"model_name", "engine_type"}

@@ -18,8 +18,9 @@ import pytest
 PDSIM = Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"
 sys.path.insert(0, str(PDSIM))
 
-from pdsim_testing import http  # noqa: E402
 from sglang_pd_sim import nixl_handoff as nh  # noqa: E402
+
+from tests.http_client import DIRECT, http  # noqa: E402
 
 
 def test_available_only_for_nixl_and_only_when_switched_on():
@@ -79,9 +80,11 @@ def _nixl_python():
     return str(venv_python)
 
 
-def test_rooms_go_through_real_nixl_between_two_processes():
+def run_with_nixl(args, marker):
+    """(the JSON after MARKER on its output, the process) of the NIXL Python run with ARGS in the simulator's folder,
+    SGLANG_SIM_KV_NIXL=1."""
     proc = subprocess.run(
-        [_nixl_python(), "-m", "sglang_pd_sim.nixl_handoff", "--selftest", "--mib", "4"],
+        [_nixl_python(), *args],
         cwd=PDSIM,
         env={**os.environ, "PYTHONPATH": str(PDSIM), "SGLANG_SIM_KV_NIXL": "1"},
         capture_output=True,
@@ -89,9 +92,14 @@ def test_rooms_go_through_real_nixl_between_two_processes():
         timeout=120,
         check=False,
     )
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("NIXL_HANDOFF_SELFTEST ")), None)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith(f"{marker} ")), None)
     assert line, proc.stdout[-2000:] + proc.stderr[-2000:]
-    result = json.loads(line.split(" ", 1)[1])
+    return json.loads(line.split(" ", 1)[1]), proc
+
+
+def test_rooms_go_through_real_nixl_between_two_processes():
+    selftest = ["-m", "sglang_pd_sim.nixl_handoff", "--selftest", "--mib", "4"]
+    result, proc = run_with_nixl(selftest, "NIXL_HANDOFF_SELFTEST")
     assert result["ok"] is True and proc.returncode == 0, result
     assert [d["bytes_verified"] for d in result["decode"]] == [4 * 2**20] * 3
     assert {d["peer"] for d in result["decode"]} == {"sim-prefill"}
@@ -107,8 +115,6 @@ def test_glue_is_a_no_op_when_off():
 
 def test_send_offer_reaches_accept_offer_over_http():
     import http.server  # noqa: PLC0415
-    import threading  # noqa: PLC0415
-    import urllib.request  # noqa: PLC0415
 
     class Bootstrap(http.server.BaseHTTPRequestHandler):
         def do_POST(self):  # what the bootstrap server's POST /sim/kv/<room>/nixl route does
@@ -125,8 +131,7 @@ def test_send_offer_reaches_accept_offer_over_http():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         offer = {"room": 42, "agent": "sim-decode-1", "nbytes": 10, "meta": "bWV0YQ==", "descs": "ZA=="}
-        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        nh.send_offer(direct, f"127.0.0.1:{server.server_address[1]}", 42, offer)
+        nh.send_offer(DIRECT, f"127.0.0.1:{server.server_address[1]}", 42, offer)
         assert nh._OFFERS.pop(42) == offer
     finally:
         server.shutdown()
@@ -160,18 +165,7 @@ os._exit(0)
 
 
 def test_glue_moves_rooms_through_real_nixl():
-    proc = subprocess.run(
-        [_nixl_python(), "-c", GLUE],
-        cwd=PDSIM,
-        env={**os.environ, "PYTHONPATH": str(PDSIM), "SGLANG_SIM_KV_NIXL": "1"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("GLUE ")), None)
-    assert line, proc.stdout[-2000:] + proc.stderr[-2000:]
-    got = json.loads(line.split(" ", 1)[1])
+    got, _proc = run_with_nixl(["-c", GLUE], "GLUE")
     assert got["write"]["rooms"] == 2 and got["write"]["bytes"] == 2 * 10**6
     assert [v["bytes_verified"] for v in got["verify"]] == [10**6, 10**6]
 

@@ -1,4 +1,7 @@
-"""The KV transfer line after the canary: sglang 0.5.23's series read back from two /metrics pages."""
+"""The collection's Prometheus text parser, and what it reads: the KV transfer line after the canary (sglang 0.5.23's
+series read back from two /metrics pages), the requests in flight, the stranded KV tokens."""
+
+import math
 
 import pytest
 from ansible_collections.disagg.sglang.plugins.module_utils import prom_text
@@ -49,6 +52,30 @@ def test_the_line_says_simulated_and_failed():
 def test_samples_skip_comments_and_keep_labels():
     (name, labels, value), *_rest = prom_text.samples(page(1, 2.0, 3.0).split("\n", 2)[2])
     assert name == "sglang:kv_transfer_speed_gb_s_bucket" and labels["le"] == "+Inf" and value == 1.0
+
+
+# The one parser of the collection: the KV transfer line, the drain and stranded-KV checks and the bench report
+# (roles/sglang_bench/files/bench_report.py, which leaves out the samples that are not finite) all read it.
+@pytest.mark.parametrize(
+    ("line", "want"),
+    [
+        ("sglang:num_requests_total 3", [("sglang:num_requests_total", {}, 3.0)]),
+        ('sglang:token_usage{tp_rank="0"} 0.5 1712345678000', [("sglang:token_usage", {"tp_rank": "0"}, 0.5)]),
+        ('x{model_name="a \\"b\\", c",le="+Inf"} 1e+06', [("x", {"model_name": 'a \\"b\\", c', "le": "+Inf"}, 1e6)]),
+        ("  indented_series 2", [("indented_series", {}, 2.0)]),
+        ("# TYPE x counter", []),
+        ("x not-a-number", []),
+        ("{no_name} 1", []),
+        ("", []),
+    ],
+)
+def test_samples_of_one_line(line, want):
+    assert prom_text.samples(line) == want
+
+
+def test_samples_keep_values_that_are_not_finite_for_the_reader_to_judge():
+    values = [value for _name, _labels, value in prom_text.samples("a +Inf\nb -Inf\nc NaN")]
+    assert values[:2] == [math.inf, -math.inf] and math.isnan(values[2])
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,6 @@ import json
 
 import pytest
 import topology_fakes as tf
-from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology as gt
 
 HOST = tf.load_host("h200-x2")
 RECORDED = json.loads((HOST["dir"] / HOST["recorded"]).read_text())
@@ -17,22 +16,8 @@ MODULE = json.loads((HOST["dir"] / HOST["module"]).read_text())
 
 
 def replay(source, tmp_path):
-    root = tf.write_sysfs(tmp_path / "root", HOST["sysfs"], HOST["dir"])
-    if source == "nvml":
-        return gt.gather(
-            sysfs_root=root,
-            nvidia_smi_path="/nonexistent",
-            runner=tf.FakeSmi(),
-            nvml_loader=tf.nvml_loader(HOST["dir"], HOST["nvml"]),
-            source="nvml",
-        )
-    return gt.gather(
-        sysfs_root=root,
-        nvidia_smi_path="/usr/local/nvidia/bin/nvidia-smi",
-        runner=tf.FakeSmi(HOST["outputs"], HOST["dir"]),
-        nvml_loader=tf.no_nvml,
-        source="nvidia-smi",
-    )
+    """The facts through SOURCE alone, nvidia-smi where the device run found it."""
+    return tf.gather(HOST, tmp_path / "root", source, source=source, nvidia_smi_path="/usr/local/nvidia/bin/nvidia-smi")
 
 
 @pytest.mark.parametrize("source", ["nvml", "nvidia-smi"])

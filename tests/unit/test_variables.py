@@ -19,7 +19,13 @@ from ansible_collections.disagg.sglang.plugins.module_utils import variables as 
 
 DOC = REPO / "docs/variables.md"
 # Options of entry points that are the roles' own plumbing (set by another role's task, never by a user).
-PLUMBING = {"_sglang_units", "_sglang_previous_files", "_sglang_started_units", "_sglang_restore", "sglang_worker_units"}
+PLUMBING = {
+    "_sglang_units",
+    "_sglang_previous_files",
+    "_sglang_started_units",
+    "_sglang_restore",
+    "sglang_worker_units",
+}
 # argument spec type -> the table kinds that may stand for it
 KINDS = {
     "bool": {"bool"},

@@ -39,6 +39,20 @@ def write_sysfs(root, mapping, folder=None):
     return str(root)
 
 
+def gather(spec, root, via, **options):
+    """The gpu_topology facts of fixture host SPEC (load_host), its sysfs written under ROOT, read through VIA:
+    "nvml" (its recorded NVML answers; no nvidia-smi) or "nvidia-smi" (its recorded outputs; pynvml not
+    importable, source auto). OPTIONS override gather()'s arguments: runner= a FakeSmi whose calls the test
+    reads, source=, nvidia_smi_path=."""
+    if via == "nvml":
+        args = {"nvidia_smi_path": "/nonexistent", "runner": FakeSmi(), "source": "nvml",
+                "nvml_loader": nvml_loader(spec["dir"], spec["nvml"])}  # fmt: skip
+    else:
+        args = {"nvidia_smi_path": "/usr/bin/nvidia-smi", "runner": FakeSmi(spec["outputs"], spec["dir"]),
+                "nvml_loader": no_nvml}  # fmt: skip
+    return gt.gather(sysfs_root=write_sysfs(root, spec.get("sysfs"), spec["dir"]), **{**args, **options})
+
+
 def cpus(value):
     """Expected CPU lists are written as cpulist strings ('0-31'); lists pass through."""
     if isinstance(value, str):

@@ -16,7 +16,6 @@ compared with the number after "#### " in the data set's reference solution, as 
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
@@ -185,19 +184,12 @@ def check_gate(gate: dict) -> list[str]:
 # --------------------------------------------------------------------------------------------------
 
 KV_COUNT = "sglang:kv_transfer_total_mb_count"
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 
 def counter_total(text: str, name: str = KV_COUNT) -> float | None:
-    """The sum of a metric's samples on one /metrics page; None when the page has none."""
-    values = []
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match and match.group(1) == name:
-            try:
-                values.append(float(match.group(3)))
-            except ValueError:
-                continue
+    """The sum of a metric's samples on one /metrics page (the collection's parser, prom_text); None when the page
+    has none."""
+    values = [value for sample, _labels, value in bench_report.prom_text.samples(text) if sample == name]
     return sum(values) if values else None
 
 
@@ -402,23 +394,9 @@ def cmd_build(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="accuracy.py")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("step")
-    s.add_argument("run_dir")
-    s.add_argument("step_output")
-    s.add_argument("--index", type=int, default=1)
-    s.add_argument("--total", type=int, default=1)
-    b = sub.add_parser("build")
-    b.add_argument("run_dir")
-    b.add_argument("--meta", required=True)
-    b.add_argument("--baseline", default="auto")
-    args = parser.parse_args(argv)
-    try:
-        return cmd_step(args) if args.cmd == "step" else cmd_build(args)
-    except AccuracyError as exc:
-        print(f"error: {exc}")
-        return EXIT_ERROR
+    parser, _step, build = bench_report.tool_parser("accuracy.py")
+    build.add_argument("--baseline", default="auto")
+    return bench_report.run_tool(parser, argv, {"step": cmd_step, "build": cmd_build}, AccuracyError, EXIT_ERROR)
 
 
 if __name__ == "__main__":

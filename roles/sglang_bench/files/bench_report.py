@@ -1,7 +1,8 @@
 """Benchmark results of disagg.sglang: normalization, server metrics, comparison, the report page.
 
 Pure functions (standard library only), run on the controller by bench_tool.py and tested by
-tests/unit/test_bench_report.py. Two real clients feed it:
+tests/unit/test_bench_report.py. /metrics pages are read by the collection's one Prometheus text parser,
+plugins/module_utils/prom_text.py (standard library only too). Two real clients feed it:
 
 - AIPerf (profile_export_aiperf.json, schema 1.x): its `inter_token_latency` is per-request
   (latency - TTFT) / (output tokens - 1), i.e. what sglang.bench_serving calls TPOT; its
@@ -13,6 +14,8 @@ Every normalized step has the same keys whichever client ran (STEP_KEYS); missin
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import math
 import re
@@ -200,24 +203,25 @@ def progress_line(step: dict, index: int, total: int, seconds: float | None = No
 # Prometheus text -> the server side of a step
 # --------------------------------------------------------------------------------------------------
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+def _collection_module(name: str):
+    """plugins/module_utils/NAME.py of this collection, loaded from its file: this file runs by path under the
+    controller's Python, where ansible_collections is not importable. The role and the plugins ship together, so
+    the file is three folders up (roles/sglang_bench/files -> the collection's root)."""
+    path = Path(__file__).resolve().parents[3] / "plugins" / "module_utils" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_disagg_sglang_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def parse_prometheus(text: str) -> list[tuple[str, dict, float]]:
-    """(name, labels, value) of every sample in a Prometheus text exposition."""
-    out = []
-    for line in (text or "").splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
-            continue
-        value = _num(m.group(4)) if m.group(4) not in ("+Inf", "-Inf", "NaN") else None
-        if value is None:
-            continue
-        out.append((m.group(1), dict(_LABEL.findall(m.group(3) or "")), value))
-    return out
+prom_text = _collection_module("prom_text")
+
+
+def finite_samples(text: str) -> list[tuple[str, dict, float]]:
+    """(name, labels, value) of every sample of a /metrics page (prom_text.samples) whose value is finite: a NaN
+    or infinite sample would spoil the sums and the report's JSON."""
+    return [(name, labels, value) for name, labels, value in prom_text.samples(text) if math.isfinite(value)]
 
 
 def _histograms(samples):
@@ -261,7 +265,7 @@ def histogram_quantile(buckets: dict, q: float):
 def server_delta(before: str, after: str, gauge_max: dict | None = None) -> dict:
     """What one worker's /metrics saw between two scrapes: histogram count/mean/p50/p99 of the
     observations made in between, counter increases, and the gauges' highest sampled value."""
-    b, a = _histograms(parse_prometheus(before)), _histograms(parse_prometheus(after))
+    b, a = _histograms(finite_samples(before)), _histograms(finite_samples(after))
     out = {"histograms": {}, "counters": {}, "gauges_max": {}}
     for name, ha in sorted(a.items()):
         hb = b.get(name, {"count": 0.0, "sum": 0.0, "buckets": {}})
@@ -275,7 +279,7 @@ def server_delta(before: str, after: str, gauge_max: dict | None = None) -> dict
             "p50": histogram_quantile(buckets, 0.5),
             "p99": histogram_quantile(buckets, 0.99),
         }
-    sb, sa = parse_prometheus(before), parse_prometheus(after)
+    sb, sa = finite_samples(before), finite_samples(after)
 
     def totals(samples, names):
         acc: dict = {}
@@ -296,7 +300,7 @@ def server_delta(before: str, after: str, gauge_max: dict | None = None) -> dict
 def gauge_totals(text: str) -> dict:
     """Gauges of one scrape, summed over label sets; the step runner keeps the highest per gauge."""
     acc: dict = {}
-    for name, _labels, value in parse_prometheus(text):
+    for name, _labels, value in finite_samples(text):
         if name in SERVER_GAUGES:
             acc[name] = acc.get(name, 0.0) + value
     return acc
@@ -609,3 +613,34 @@ def markdown(report: dict, plots: list[str]) -> str:
         flags = " ".join(f"{k} {' '.join(v)}".strip() for k, v in info.get("flags", {}).items())
         lines.append(f"- `{unit}` on {info.get('host')}: placement {info.get('placement')}; flags `{flags}`")
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------
+# The command line of both controller tools (bench_tool.py, accuracy.py), as the role's tasks run them
+# --------------------------------------------------------------------------------------------------
+
+
+def tool_parser(prog: str) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, argparse.ArgumentParser]:
+    """(parser, step, build) of `PROG step RUN_DIR STEP_OUTPUT [--index I --total T]`, run after each step, and
+    `PROG build RUN_DIR --meta META`, run at the end; each tool adds its own options to the two commands."""
+    parser = argparse.ArgumentParser(prog=prog)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    step = sub.add_parser("step")
+    step.add_argument("run_dir")
+    step.add_argument("step_output")
+    step.add_argument("--index", type=int, default=1)
+    step.add_argument("--total", type=int, default=1)
+    build = sub.add_parser("build")
+    build.add_argument("run_dir")
+    build.add_argument("--meta", required=True)
+    return parser, step, build
+
+
+def run_tool(parser, argv, commands: dict, error: type[Exception], exit_code: int) -> int:
+    """Run commands[step|build] on the parsed ARGV; an ERROR it raises is printed (`error: ...`), exit EXIT_CODE."""
+    args = parser.parse_args(argv)
+    try:
+        return commands[args.cmd](args)
+    except error as exc:
+        print(f"error: {exc}")
+        return exit_code

@@ -10,7 +10,6 @@ bench_tool.py build RUN_DIR --meta META.json [--previous auto|DIR] [--thresholds
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -123,27 +122,13 @@ def cmd_build(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="bench_tool.py")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("step")
-    s.add_argument("run_dir")
-    s.add_argument("step_output")
-    s.add_argument("--client", required=True, choices=sorted(br.NORMALIZERS))
-    s.add_argument("--concurrency", type=int, required=True)
-    s.add_argument("--requests", type=int, required=True)
-    s.add_argument("--index", type=int, default=1)
-    s.add_argument("--total", type=int, default=1)
-    b = sub.add_parser("build")
-    b.add_argument("run_dir")
-    b.add_argument("--meta", required=True)
-    b.add_argument("--previous", default="auto")
-    b.add_argument("--thresholds", default="{}")
-    args = parser.parse_args(argv)
-    try:
-        return cmd_step(args) if args.cmd == "step" else cmd_build(args)
-    except br.BenchError as exc:
-        print(f"error: {exc}")
-        return EXIT_CLIENT
+    parser, step, build = br.tool_parser("bench_tool.py")
+    step.add_argument("--client", required=True, choices=sorted(br.NORMALIZERS))
+    step.add_argument("--concurrency", type=int, required=True)
+    step.add_argument("--requests", type=int, required=True)
+    build.add_argument("--previous", default="auto")
+    build.add_argument("--thresholds", default="{}")
+    return br.run_tool(parser, argv, {"step": cmd_step, "build": cmd_build}, br.BenchError, EXIT_CLIENT)
 
 
 if __name__ == "__main__":

@@ -5,45 +5,22 @@ Every wait is bounded; every process started is stopped by `SimPool.close()` (SI
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 PDSIM_SRC = Path(__file__).resolve().parent
+REPO = PDSIM_SRC.parents[2]
 if str(PDSIM_SRC) not in sys.path:
     sys.path.insert(0, str(PDSIM_SRC))
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
-# loopback only: never through a proxy named in the environment
-DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-PROXY_VARS = {"http_proxy", "https_proxy", "all_proxy"}
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http(method: str, url: str, body=None, timeout: float = 10.0):
-    """(status, parsed JSON or text); HTTP errors are answers, not exceptions."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with DIRECT.open(req, timeout=timeout) as resp:
-            status, raw = resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read()
-    try:
-        return status, json.loads(raw) if raw else None
-    except ValueError:
-        return status, raw.decode(errors="replace")
+# requests to the simulators go through the tests' one client, never through a proxy named in the environment
+from tests.http_client import free_port, http, without_proxies  # noqa: E402
 
 
 class Sim:
@@ -100,8 +77,7 @@ class SimPool:
         if role == "prefill":
             bootstrap = free_port()
             argv += ["--disaggregation-bootstrap-port", str(bootstrap)]
-        full_env = {k: v for k, v in os.environ.items() if k.lower() not in PROXY_VARS}
-        full_env = {k: v for k, v in full_env.items() if not k.startswith(("SGLANG_SIM_", "SGL_"))}
+        full_env = {k: v for k, v in without_proxies().items() if not k.startswith(("SGLANG_SIM_", "SGL_"))}
         full_env.update(env or {})
         full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PDSIM_SRC), full_env.get("PYTHONPATH")]))
         log_path = self.tmp_path / f"sim-{role}-{port}.log"

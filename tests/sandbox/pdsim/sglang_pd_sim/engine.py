@@ -87,24 +87,23 @@ class Engine:
             self.kv_used = max(0, self.kv_used - tokens)
 
     @contextlib.contextmanager
-    def transfer(self):
+    def _counted(self, counter: str):
+        """One more in the count COUNTER (an attribute) while the block runs."""
         with self.cond:
-            self.transferring += 1
+            setattr(self, counter, getattr(self, counter) + 1)
         try:
             yield
         finally:
             with self.cond:
-                self.transferring -= 1
+                setattr(self, counter, getattr(self, counter) - 1)
 
-    @contextlib.contextmanager
+    def transfer(self):
+        """Prefill: one KV transfer in flight while the block runs."""
+        return self._counted("transferring")
+
     def awaiting(self):
-        with self.cond:
-            self.awaiting_kv += 1
-        try:
-            yield
-        finally:
-            with self.cond:
-                self.awaiting_kv -= 1
+        """Decode: one request waiting for its KV while the block runs."""
+        return self._counted("awaiting_kv")
 
     # --- decode --------------------------------------------------------------------------------------------
     @contextlib.contextmanager
