@@ -3,6 +3,7 @@ them (dependency lists, profile, host plan, PD contract, router plan): each fail
 The same inputs, without the row's change, plan cleanly. Rows that need the installed program's parser or a look
 at the host are proved elsewhere (tests/unit/test_cli_check.py, the sandbox rows)."""
 
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -11,7 +12,14 @@ import pytest
 import topology_fakes as tf
 import yaml
 from ansible_collections.disagg.sglang.plugins.filter.plan import FilterModule
-from ansible_collections.disagg.sglang.plugins.module_utils import plan, rules, units
+from ansible_collections.disagg.sglang.plugins.module_utils import (
+    cluster_rules,
+    kv_rules,
+    plan,
+    profile_rules,
+    rules,
+    units,
+)
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.module_utils import variables as vt
 from inventory_vars import GROUPS, host_vars
@@ -162,6 +170,53 @@ def test_bad_inventory_row_fails_with_its_message(topologies, row):
     assert messages, f"{row['id']}: planned without a problem"
     missing = [fragment for fragment in row["expect"] if collapse(fragment) not in text]
     assert not missing, f"{row['id']}: {missing} not in: {text}"
+
+
+# Rules the bad-inventory rows cannot reach through the plan, and the test that trips each of them.
+RULES_TESTED_ELSEWHERE = {
+    "cluster_rules.worker_api_key_problems": "roles/sglang_router/tasks/plan.yml calls it beside the plan: "
+    "tests/unit/test_cluster_rules.py",
+    "kv_rules.p2p_policy_problems": "the p2p policy's own variable: tests/unit/test_kv_rules.py",
+    "cluster_rules.bind_problems": "the address_check module on the hosts: tests/unit/test_cluster_rules.py, and "
+    "tests/integration/test_multihost.py on three sandbox hosts",
+    "cluster_rules.connect_problems": "the address_check module on the router host: tests/unit/test_cluster_rules.py",
+}
+
+
+def _rules():
+    """Every preflight rule: the public *_problems functions of the rule modules."""
+    return {
+        f"{module.__name__.rsplit('.', 1)[1]}.{name}": (module, name)
+        for module in (rules, kv_rules, profile_rules, cluster_rules)
+        for name, fn in inspect.getmembers(module, inspect.isfunction)
+        if name.endswith("_problems") and fn.__module__ == module.__name__
+    }
+
+
+def test_every_preflight_rule_has_a_row_that_trips_it(topologies, monkeypatch):
+    """A rule added without a row of tests/cases/bad_inventories.yml that makes it speak fails here."""
+    spoke = set()
+
+    def traced(rule, key):
+        def call(*args, **kwargs):
+            messages = rule(*args, **kwargs)
+            if messages:
+                spoke.add(key)
+            return messages
+
+        return call
+
+    every = _rules()  # before the patching (a traced rule is a function of this file)
+    assert len(every) > 20, every
+    for key, (module, name) in every.items():
+        monkeypatch.setattr(module, name, traced(getattr(module, name), key))
+    for row in ROWS:
+        if row.get("checked_by", "rules") == "rules" and not row.get("xfail"):
+            preflight(topologies(row.get("topology") or "rtxpro6000-8x"), groups=tuple(row.get("groups") or GROUPS),
+                      extra=row.get("extra"), host_extra=row.get("host_vars"),
+                      missing=tuple(row.get("host_missing") or ()), listeners=row.get("host_listeners"))  # fmt: skip
+    silent = sorted(set(every) - spoke - set(RULES_TESTED_ELSEWHERE))
+    assert silent == [], f"rules no bad-inventory row trips: {silent}"
 
 
 def test_the_sandbox_inventory_plans_cleanly(topology):
