@@ -1,21 +1,27 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Command lines checked by the installed program's OWN argparse parser (the ``cli_check`` module's first method).
+"""Command lines checked by the installed program's OWN argparse parser (the ``cli_check`` module's checker).
 
-``cli_parser_script.py`` runs under the program's Python and parses each argv with the parser the
-program itself builds; this file, on the module's side (stdlib only, command runner injected):
+``cli_parser_script.py`` runs under the Python of the venv that will run the unit and parses each argv
+with the parser the program itself builds; this file, on the module's side (stdlib only, command
+runner injected):
 
-- ``parser_command(help_command, entry)`` - the command that runs that script: the Python of
-  ``help_command`` (``[PYTHON, -m, MODULE, --help]``) with the script's source and the module's name;
-- ``verdict(result, info, argv)`` - one parse (argparse's own exit status and ``error: ...`` text)
-  turned into problems and warnings shaped like the help check's: ``flag``, ``kind``, argparse's
+- ``parser_command(python, module, entry)`` - the command that runs that script;
+- ``run_parser(...)`` - runs it. Three outcomes: its answer; ``NoParser`` (exit status 3: the parser
+  cannot be built there, say an import fails - the flags are then not checked, and the module says so);
+  ``CheckError`` for anything else (a crash: another exit status, an answer that is not the JSON asked
+  for), which fails the check with the script's standard error;
+- ``verdict(result, info, argv)`` - one parse (argparse's own exit status and ``error: ...`` text, the
+  abbreviations it resolved) turned into problems and warnings: ``flag``, ``kind``, argparse's
   ``message`` and a ``hint`` saying the fix (a pure function, table-tested);
 - ``parse_argvs(...)`` - every argv, each verdict cached under ``cache_dir`` per (program, installed
   version, sha256 of the argv), so a run whose command lines and version did not change starts no
-  Python at all for the parser. A program whose parser cannot be built here is remembered the same way.
+  Python at all for the parser. Only verdicts are cached, and only those that depend on nothing but
+  that key (``cacheable``): never a crash, a parser that could not be built, a program that failed before
+  argparse decided, or an argv whose verdict also depends on a file it names (``--config``).
 
 Argparse stops at the first error of a line (``unrecognized arguments`` lists all strays at once), so
-a line with several problems shows one per run.
+a line with several problems shows one per run, next to every abbreviation of the line.
 """
 
 import ast
@@ -29,11 +35,15 @@ import tempfile
 
 from ansible_collections.disagg.sglang.plugins.module_utils import cli_parser_script
 
-PARSE_FORMAT = 1  # bump when verdict()'s output changes: old cache files are then ignored
+PARSE_FORMAT = 2  # bump when verdict()'s output changes: old cache files are then ignored
 EXIT_NO_PARSER = cli_parser_script.EXIT_NO_PARSER
 KNOWN_MODULES = tuple(sorted(cli_parser_script.PROGRAMS))
+# Flags whose value names a file the program's parse reads (sglang's and the simulator's YAML config):
+# the verdict of such an argv also depends on that file, which the cache key does not hold.
+FILE_FLAGS = ("--config",)
+# Exit statuses at which argparse itself decided (0: parsed, or printed and exited; 2: refused).
+DECIDED_BY_ARGPARSE = (0, 2)
 
-_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 _AMBIGUOUS = re.compile(r"^ambiguous option: (?P<token>\S+) could match (?P<matches>.+)$")
 _UNRECOGNIZED = re.compile(r"^unrecognized arguments: (?P<rest>.*)$")
 _REQUIRED = re.compile(r"^the following arguments are required: (?P<names>.+)$")
@@ -46,20 +56,30 @@ _NOT_ALLOWED = re.compile(r"^not allowed with argument (?P<other>.+)$")
 _FLAG_IN_TEXT = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 
 
+class CheckError(Exception):
+    """The check could not run, or the parser script crashed: the module fails with this message."""
+
+
 class NoParser(Exception):
-    """The program's own parser cannot be built or run on this host (the reason is the message)."""
+    """The program's own parser cannot be built on this host: the flags are not checked (the message says why)."""
 
 
 def _problem(flag, kind, message, hint):
     return {"flag": flag, "kind": kind, "message": message, "hint": hint}
 
 
+def tail(text, lines=15):
+    """The last ``lines`` lines of ``text``, stripped."""
+    return "\n".join((text or "").strip().splitlines()[-lines:])
+
+
 # --------------------------------------------------------------------------------------------------
-# The command that runs the parser script
+# The command that runs the parser script, and its three outcomes
 # --------------------------------------------------------------------------------------------------
 
 
 _SOURCE = []
+_SCRIPT_SAYS = "cli_parser_script: "  # how the script's own reason starts on its standard error
 
 
 def script_source():
@@ -69,31 +89,61 @@ def script_source():
     return _SOURCE[0]
 
 
-def program_module(help_command, entry=None):
-    """``[PYTHON, -m, MODULE, ...]`` -> MODULE; with only ``entry`` (``MOD:FUNC``), MOD. None: not Python."""
-    command = [str(token) for token in help_command]
-    if "-m" in command[1:-1]:
-        return command[command.index("-m", 1) + 1]
-    if entry:
-        return entry.partition(":")[0]
-    return None
-
-
-def parser_command(help_command, entry=None):
-    """The command that parses argvs (JSON on stdin) with the program's parser; NoParser when there is none."""
-    module = program_module(help_command, entry)
-    if module is None:
-        raise NoParser(
-            f"help_command {' '.join(map(str, help_command))} does not run a Python module (PYTHON -m MODULE), "
-            "so there is no Python to build the parser with; set parser_entry, or method: help"
-        )
+def require_parse_function(module, entry=None):
+    """CheckError when no parse function is known for ``module`` and ``entry`` names none: a mistake in
+    the module's arguments, which no later run on the host fixes."""
     if module not in cli_parser_script.PROGRAMS and not entry:
-        raise NoParser(
-            f"no parse function is known for {module} (known: {', '.join(KNOWN_MODULES)}); "
-            "name one with parser_entry: MODULE:FUNCTION"
+        raise CheckError(
+            f"module: no parse function is known for {module} (known: {', '.join(KNOWN_MODULES)}); "
+            "name the program's function that calls ArgumentParser.parse_args with parser_entry: MODULE:FUNCTION"
         )
-    command = [str(help_command[0]), "-c", script_source(), "--module", module]
+
+
+def parser_command(python, module, entry=None):
+    """The command that parses argvs (JSON on stdin) with ``module``'s parser under ``python``."""
+    require_parse_function(module, entry)
+    command = [str(python), "-c", script_source(), "--module", module]
     return command + (["--entry", entry] if entry else [])
+
+
+def _shown(command):
+    return f"{command[0]} -c <cli_parser_script> {' '.join(command[3:])}"
+
+
+def _crashed(command, what, err):
+    return CheckError(
+        f"the parser script crashed, so the flags could not be checked: {_shown(command)} {what}; "
+        f"its standard error ends:\n{tail(err) or '(nothing)'}"
+    )
+
+
+def run_parser(run_command, python, module, entry, argvs):
+    """Run the script over ``argvs``; returns (info, {name: RESULT}).
+
+    NoParser: it exited with EXIT_NO_PARSER (the parser cannot be built under ``python``; its reason).
+    CheckError: any other failure (a crash), with the tail of its standard error.
+    """
+    command = parser_command(python, module, entry)
+    request = json.dumps({name: [str(t) for t in argv] for name, argv in argvs.items()})
+    rc, out, err = run_command(command, data=request)
+    if rc == EXIT_NO_PARSER:
+        said = [line for line in (err or "").splitlines() if line.startswith(_SCRIPT_SAYS)]
+        reason = said[-1][len(_SCRIPT_SAYS) :] if said else tail(err, 5) or "it gave no reason"
+        raise NoParser(f"the parser of {module} cannot be built with {python}: {reason}")
+    if rc != 0:
+        raise _crashed(command, f"exited with status {rc}", err or out)
+    try:
+        answer = json.loads(out)
+        info, results = answer["info"], answer["results"]
+        if not isinstance(info, dict) or not all(isinstance(r, dict) for r in results.values()):
+            raise TypeError("info and every result must be objects")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise _crashed(
+            command, f"exited 0 without the JSON answer ({exc}); its output began {(out or '')[:200]!r}", err
+        ) from exc
+    if set(results) != set(argvs):
+        raise _crashed(command, f"answered for {sorted(results)}, asked for {sorted(argvs)}", err)
+    return info, results
 
 
 # --------------------------------------------------------------------------------------------------
@@ -120,25 +170,20 @@ def _choice_names(text):
     return names
 
 
-def _is_option(token):
-    return token.startswith("-") and len(token) > 1 and not _NEGATIVE_NUMBER.match(token)
-
-
-def _resolve(name, options):
-    """An option string as argparse matches it: exact, else the one option it is a prefix of."""
-    if name in options:
-        return name
-    matches = [option for option in options if name.startswith("--") and option.startswith(name)]
-    return matches[0] if len(matches) == 1 else None
+def _match(token, info):
+    """How the parser of ``info`` reads ``token`` (cli_parser_script.match_option)."""
+    return cli_parser_script.match_option(
+        token, info.get("options", []), info.get("prefix_chars", "-"), info.get("allow_abbrev", True)
+    )
 
 
 def _stray_hint(argv, stray, info):
     """``--enable-metrics true``: say the switch takes no value; otherwise where a stray value comes from."""
-    options, switches = info.get("options", []), set(info.get("switches", []))
+    switches = set(info.get("switches", []))
     if stray in argv:
         for token in reversed(argv[: argv.index(stray)]):
-            if _is_option(token):
-                flag = _resolve(token.partition("=")[0], options)
+            kind, flag = _match(token, info)
+            if kind != "value":
                 if flag in switches:
                     return f"{flag} is a switch and takes no value: drop {stray!r}"
                 break
@@ -157,7 +202,7 @@ def problem_from_error(error, argv, info):
     match = _UNRECOGNIZED.match(error)
     if match:
         first = match["rest"].split(" ")[0]
-        if _is_option(first):
+        if _match(first, info)[0] != "value":
             name = first.partition("=")[0]
             close = difflib.get_close_matches(name, info.get("options", []), n=3, cutoff=0.75)
             hint = f"did you mean {' or '.join(close)}? " if close else ""
@@ -187,6 +232,18 @@ def problem_from_error(error, argv, info):
     return _problem(flag, "value", error, f"give {flag} a value it accepts, as the message says")  # its type refused it
 
 
+def abbreviation_problem(found):
+    """One abbreviation the parser resolved ({"flag", "full"}) -> a problem: argparse accepts it, the check not."""
+    flag, full = found["flag"], found["full"]
+    return _problem(
+        flag,
+        "abbreviation",
+        f"{flag} is an abbreviation of {full}: write the full flag name",
+        f"write {full} instead of {flag}: the rules of this collection (and the program's own checks of raw "
+        "arguments) match full names only, and a flag added later can make the abbreviation ambiguous",
+    )
+
+
 def _exits_problem(argv, result):
     flag = next((token for token in argv if token in ("-h", "--help", "--version", "-V")), "")
     first = (result.get("output") or "").strip().splitlines()[:1]
@@ -198,7 +255,7 @@ def _exits_problem(argv, result):
     )
 
 
-def _warning(text, argv, info):
+def _warning(text, info):
     flags = _FLAG_IN_TEXT.findall(text)
     options = info.get("options", [])
     flag = next((f for f in flags if f in options), flags[0] if flags else "")
@@ -208,35 +265,21 @@ def _warning(text, argv, info):
 
 
 def verdict(result, info, argv):
-    """One RESULT of the parser script -> {"ok", "problems", "warnings", "error", "flags"} of the check."""
+    """One RESULT of the parser script -> {"ok", "problems", "warnings", "error", "flags"} of the check.
+
+    Problems: argparse's refusal (or the program printing and exiting) first, then every abbreviation.
+    """
     argv = [str(token) for token in argv]
     problems, warnings = [], []
     if result.get("ok"):
-        options = info.get("options", [])
-        parsed = result.get("flags") or {}
-        for token in argv:
-            if token == "--":
-                break
-            name = token.partition("=")[0]
-            if not name.startswith("--") or name in options:
-                continue
-            full = _resolve(name, options)
-            if full is not None and full in parsed:
-                warnings.append(
-                    _problem(
-                        name,
-                        "abbreviation",
-                        f"{name} is accepted as an abbreviation of {full}",
-                        f"write {full} in full: a flag added later can make the abbreviation ambiguous",
-                    )
-                )
-        warnings += [_warning(text, argv, info) for text in result.get("warnings") or []]
+        warnings = [_warning(text, info) for text in result.get("warnings") or []]
     elif result.get("exit_status") == 0:
         problems.append(_exits_problem(argv, result))
     else:
         error = result.get("error") or (result.get("message") or "").strip()
         error = error or f"exit status {result.get('exit_status')}"
         problems.append(problem_from_error(error, argv, info))
+    problems += [abbreviation_problem(found) for found in result.get("abbreviations") or []]
     return {
         "ok": not problems,
         "problems": problems,
@@ -244,6 +287,17 @@ def verdict(result, info, argv):
         "error": result.get("error") or "",
         "flags": result.get("flags") or {},
     }
+
+
+def cacheable(argv, result):
+    """Whether the verdict of ``result`` depends only on (program, version, argv), the cache key.
+
+    Not when the program failed before argparse decided (a missing file, say), nor for an argv that
+    names a file its parse reads (FILE_FLAGS): the verdict then also depends on the host.
+    """
+    if result.get("exit_status") not in DECIDED_BY_ARGPARSE:
+        return False
+    return not any(str(token).partition("=")[0] in FILE_FLAGS for token in argv)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -259,28 +313,21 @@ def _digest(key):
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _program_key(help_command, entry, version):
-    return {
+def argv_cache_path(cache_dir, program, name, argv):
+    """The cache file of one unit's verdict, and its key: per program, installed version and argv.
+
+    ``program``: {"python", "module", "entry", "version"}.
+    """
+    key = {
         "format": PARSE_FORMAT,
         "script": hashlib.sha256(script_source().encode()).hexdigest()[:16],
-        "python": str(help_command[0]),
-        "module": program_module(help_command, entry),
-        "entry": entry,
-        "version": version,
+        "python": str(program["python"]),
+        "module": program["module"],
+        "entry": program["entry"],
+        "version": program["version"],
+        "argv": [str(t) for t in argv],
     }
-
-
-def argv_cache_path(cache_dir, help_command, name, argv, *, entry, version):
-    """The cache file of one unit's verdict: per program, installed version and sha256 of the argv."""
-    key = dict(_program_key(help_command, entry, version), argv=[str(t) for t in argv])
-    module = program_module(help_command, entry) or "cli"
-    return os.path.join(cache_dir, f"argparse-{_slug(module)}-{_slug(name)}-{_digest(key)}.json"), key
-
-
-def no_parser_cache_path(cache_dir, help_command, entry, version):
-    key = _program_key(help_command, entry, version)
-    module = program_module(help_command, entry) or "cli"
-    return os.path.join(cache_dir, f"noparser-{_slug(module)}-{_digest(key)}.json"), key
+    return os.path.join(cache_dir, f"argparse-{_slug(program['module'])}-{_slug(name)}-{_digest(key)}.json"), key
 
 
 def read_json(path, key):
@@ -324,78 +371,49 @@ def _prune(path):
                 pass
 
 
-def _tail(text, lines=15):
-    return "\n".join((text or "").strip().splitlines()[-lines:])
+def _cached_verdict(path, key):
+    record = read_json(path, key)
+    if record is None or not isinstance(record.get("verdict"), dict):
+        return None
+    return record
 
 
-def run_parser(run_command, help_command, entry, argvs):
-    """Run the script over ``argvs``; returns (info, {name: RESULT}). NoParser when it cannot parse here."""
-    command = parser_command(help_command, entry)
-    request = json.dumps({name: [str(t) for t in argv] for name, argv in argvs.items()})
-    rc, out, err = run_command(command, data=request)
-    shown = f"{command[0]} -c <cli_parser_script> {' '.join(command[3:])}"
-    if rc != 0:
-        raise NoParser(f"{shown} failed with exit status {rc}: {_tail(err) or _tail(out) or 'no output'}")
-    try:
-        answer = json.loads(out)
-        info, results = answer["info"], answer["results"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise NoParser(f"{shown} did not answer JSON ({exc}); its output began: {(out or '')[:200]!r}") from exc
-    if set(results) != set(argvs):
-        raise NoParser(f"{shown} answered for {sorted(results)}, asked for {sorted(argvs)}")
-    return info, results
-
-
-def parse_argvs(
-    run_command, help_command, argvs, *, entry=None, version=None, cache_dir=None, write_cache=True, remember=True
-):
+def parse_argvs(run_command, python, module, argvs, *, entry=None, version=None, cache_dir=None, write_cache=True):
     """Every argv's verdict from the program's own parser, cached per (program, version, argv).
 
-    Returns {"results": {name: verdict + source ("cache"|"parser") + cache_file}, "prog", "known_flags",
-    "parser_runs" (0 or 1), "cache_errors" [...]}. Raises NoParser when the parser cannot be built, so
-    the caller falls back to the help; with ``remember`` (and a cache) that is noted per version and
-    not tried again until the version or the script changes.
+    Returns {"results": {name: verdict + source ("cache"|"parser") + cache_file (null when not in
+    the cache)}, "prog", "known_flags", "parser_runs" (0 or 1), "cache_errors" [...]}. NoParser and
+    CheckError (see run_parser) propagate, and nothing is written then.
     """
+    program = {"python": str(python), "module": module, "entry": entry, "version": version}
     cached = bool(cache_dir) and version is not None
     out = {"results": {}, "prog": None, "known_flags": None, "parser_runs": 0, "cache_errors": []}
-    if cached and remember:
-        path, key = no_parser_cache_path(cache_dir, help_command, entry, version)
-        remembered = read_json(path, key)
-        if remembered is not None:
-            raise NoParser(f"{remembered.get('reason')} (remembered for version {version}: {path})")
     missing, paths = {}, {}
     for name, argv in argvs.items():
         if cached:
-            paths[name], key = argv_cache_path(cache_dir, help_command, name, argv, entry=entry, version=version)
-            record = read_json(paths[name], key)
-            if record is not None and isinstance(record.get("verdict"), dict):
+            paths[name], key = argv_cache_path(cache_dir, program, name, argv)
+            record = _cached_verdict(paths[name], key)
+            if record is not None:
                 out["results"][name] = dict(record["verdict"], source="cache", cache_file=paths[name])
                 out["prog"], out["known_flags"] = record.get("prog"), record.get("known_flags")
                 continue
         missing[name] = argv
     if missing:
-        try:
-            out["parser_runs"] = 1
-            info, results = run_parser(run_command, help_command, entry, missing)
-        except NoParser as exc:
-            if cached and write_cache and remember:
-                path, key = no_parser_cache_path(cache_dir, help_command, entry, version)
-                try:
-                    write_json(path, {"key": key, "reason": str(exc)})
-                except OSError:
-                    pass  # it is tried again next run
-            raise
+        out["parser_runs"] = 1
+        info, results = run_parser(run_command, python, module, entry, missing)
         out["prog"], out["known_flags"] = info.get("prog"), len(info.get("options", []))
         for name, argv in missing.items():
             found = verdict(results[name], info, argv)
-            out["results"][name] = dict(found, source="parser", cache_file=paths.get(name))
-            if cached and write_cache:
-                key = argv_cache_path(cache_dir, help_command, name, argv, entry=entry, version=version)[1]
+            stored = None
+            if name in paths and write_cache and cacheable(argv, results[name]):
+                key = argv_cache_path(cache_dir, program, name, argv)[1]
                 record = {"key": key, "verdict": found, "prog": out["prog"], "known_flags": out["known_flags"]}
                 try:
                     write_json(paths[name], record)
                     _prune(paths[name])
+                    stored = paths[name]
                 except OSError as exc:
                     out["cache_errors"].append(f"could not write the verdict cache {paths[name]}: {exc}")
+            out["results"][name] = dict(found, source="parser", cache_file=stored)
     out["results"] = {name: out["results"][name] for name in argvs}
     return out

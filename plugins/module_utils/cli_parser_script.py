@@ -22,7 +22,8 @@ router's ``RouterArgs.from_cli_args``). The programs it knows (``PROGRAMS``):
 
 ``--entry MOD:FUNC`` names any other such function (it must call ``ArgumentParser.parse_args``).
 
-Usage (exit status 3: the parser could not be built; the reason on stderr):
+Usage (exit status 3: the parser could not be built, the reason on stderr - the module then says "flags not
+checked"; any other failure is a crash, which fails the check):
     python cli_parser_script.py --module MOD            # stdin {name: [argv]}; stdout {"info", "results"}
     python cli_parser_script.py --module MOD --info     # {"module", "entry", "version", "prog", ...}
     python cli_parser_script.py --module MOD --table    # every action: flags, dest, type, default, ...
@@ -32,7 +33,9 @@ Usage (exit status 3: the parser could not be built; the reason on stderr):
 RESULT: {"ok": bool, "exit_status": int (2 = argparse refused it), "message": what went to stderr,
 "error": the "error: ..." part of it, "warnings": what the actions logged (deprecations),
 "namespace": {dest: value} of the actions the argv invoked, "flags": {full option string: value}
-(a prefix such as --tp is reported under the flag it matched, --tp-size)}.
+(a prefix such as --tp is reported under the flag it matched, --tp-size), "abbreviations": the tokens
+argparse took as a prefix of a longer flag, [{"token", "flag", "full"}] (``abbreviations()``; the
+module refuses them: value rules elsewhere are written for full names)}.
 """
 
 import abc
@@ -93,13 +96,7 @@ class _StubMeta(abc.ABCMeta):
     """
 
     def __getattr__(cls, name):
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        if name in ABSENT_ATTRIBUTES:
-            raise AttributeError(name)
-        child = make_stub(cls.__qualname__ + "." + name)
-        type.__setattr__(cls, name, child)
-        return child
+        return _stub_attribute(cls, cls.__qualname__, name)
 
     def __call__(cls, *args, **kwargs):
         if not cls.__dict__.get("_is_stub"):
@@ -155,17 +152,21 @@ def make_stub(qualname):
     return stub
 
 
+def _stub_attribute(owner, owner_name, name):
+    """A missing attribute of a stub class or module: a new stub, kept on ``owner`` (dunders and
+    ABSENT_ATTRIBUTES stay missing)."""
+    if (name.startswith("__") and name.endswith("__")) or name in ABSENT_ATTRIBUTES:
+        raise AttributeError(name)
+    child = make_stub(owner_name + "." + name)
+    setattr(owner, name, child)
+    return child
+
+
 class StubModule(types.ModuleType):
     """A stubbed package or submodule: attributes are stub classes; submodules import as stubs."""
 
     def __getattr__(self, name):
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        if name in ABSENT_ATTRIBUTES:
-            raise AttributeError(name)
-        child = make_stub(self.__name__ + "." + name)
-        setattr(self, name, child)
-        return child
+        return _stub_attribute(self, self.__name__, name)
 
 
 class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -205,6 +206,70 @@ def install_import_hooks(stubs, bare):
         package.__spec__ = importlib.machinery.ModuleSpec(bare, None, is_package=True)
         package.__spec__.submodule_search_locations = package.__path__
         sys.modules[bare] = package
+
+
+# --------------------------------------------------------------------------------------------------
+# How argparse reads one token (its prefix matching, mirrored), and the abbreviations of an argv
+# --------------------------------------------------------------------------------------------------
+
+# argparse's _negative_number_matcher: such a token is a value unless the parser has options like it.
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def match_option(token, option_strings, prefix_chars="-", allow_abbrev=True):
+    """How argparse reads ``token`` (one argv token before ``--``): (kind, the option string it means).
+
+    The steps of ``ArgumentParser._parse_optional`` and ``_get_option_tuples`` (Python 3.11 to 3.13):
+    "value" (no prefix character, a lone one, a negative number, a space: None), "exact" (an option
+    string, or one before "=": ``--tp-size=4``), "short" (a one-character option with its value, or more
+    switches, attached: ``-p8000``), "abbreviation" (the one option string it is a prefix of: ``--tp``,
+    ``--tp=4`` -> ``--tp-size``), "ambiguous" (a prefix of several: None) or "unknown" (None).
+    """
+    options = list(option_strings)
+    if not token or token[0] not in prefix_chars:
+        return "value", None
+    if token in options:
+        return "exact", token
+    if len(token) == 1:
+        return "value", None
+    name, sep, _value = token.partition("=")
+    if sep and name in options:
+        return "exact", name
+    matches = []
+    if token[1] in prefix_chars:  # --long: a prefix up to the "=", only with allow_abbrev
+        if allow_abbrev:
+            matches = [("abbreviation", option) for option in options if option.startswith(name)]
+    else:  # -x: a short option with its value attached, or a prefix of a single-dash long option
+        for option in options:
+            if option == token[:2]:
+                matches.append(("short", option))
+            elif option.startswith(token):
+                matches.append(("abbreviation", option))
+    if len(matches) > 1:
+        return "ambiguous", None
+    if matches:
+        return matches[0]
+    if _NEGATIVE_NUMBER.match(token) and not any(_NEGATIVE_NUMBER.match(option) for option in options):
+        return "value", None
+    if " " in token:
+        return "value", None
+    return "unknown", None
+
+
+def abbreviations(args, option_strings, prefix_chars="-", allow_abbrev=True):
+    """Each token of ``args`` that argparse takes as an abbreviation: [{"token", "flag", "full"}].
+
+    ``flag`` is the abbreviation as written (``--tp`` of ``--tp=4``), ``full`` the option string argparse
+    resolves it to. Tokens after the first ``--`` are values, as argparse reads them.
+    """
+    found = []
+    for token in args:
+        if token == "--":
+            break
+        kind, option = match_option(token, option_strings, prefix_chars, allow_abbrev)
+        if kind == "abbreviation":
+            found.append({"token": token, "flag": token.partition("=")[0], "full": option})
+    return found
 
 
 # --------------------------------------------------------------------------------------------------
@@ -316,6 +381,13 @@ class Program:
             state["reached"] = True
             if program.parser is None:
                 program.parser = parser
+            # What the parser reads (sglang's --config merged in), with the parser's own option strings.
+            state["abbreviations"] = abbreviations(
+                [str(token) for token in (sys.argv[1:] if args is None else args)],
+                parser._option_string_actions,
+                parser.prefix_chars,
+                parser.allow_abbrev,
+            )
             _record_actions(parser)
             try:
                 state["namespace"] = original(parser, args, namespace)
@@ -363,6 +435,7 @@ class Program:
             "warnings": warnings,
             "namespace": values,
             "flags": flags,
+            "abbreviations": state.get("abbreviations", []),
         }
 
     def info(self):
@@ -380,6 +453,7 @@ class Program:
             "version": version,
             "prog": parser.prog,
             "allow_abbrev": parser.allow_abbrev,
+            "prefix_chars": parser.prefix_chars,
             "actions": len(parser._actions),
             "options": sorted(parser._option_string_actions),
             "switches": sorted(s for s, a in parser._option_string_actions.items() if a.nargs == 0),

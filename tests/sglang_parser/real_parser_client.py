@@ -4,13 +4,11 @@ build_venv.sh makes the Python 3.11 venv; the collection's own parser script
 (plugins/module_utils/cli_parser_script.py, what the cli_check module runs on a host) runs inside it
 with ``--module sglang.launch_server``. Tests use:
 
-    python = ensure_venv()                      # raises ParserUnavailable, saying why
+    python, seconds = ensure_venv()             # raises ParserUnavailable, saying why
     results = parse_argvs(python, {"prefill0": [...], "decode0": [...]})
-    text = help_text(python)                    # what `sglang serve --help` prints (80 columns)
+    table = action_table(python)                # every action, to compare with REFERENCE_TABLE
 
-Run as a script to refresh the help fixture the flag check's unit tests read:
-
-    python tests/sglang_parser/real_parser_client.py capture-help tests/fixtures/cli_help/sglang-0.5.23-help.txt
+Run as a script (``build``) to make the venv ahead of the tests.
 """
 
 import json
@@ -25,11 +23,11 @@ ROOT = HERE.parents[1]
 BUILD_SCRIPT = HERE / "build_venv.sh"
 PARSER_SCRIPT = ROOT / "plugins" / "module_utils" / "cli_parser_script.py"
 SGLANG_MODULE = "sglang.launch_server"  # the -m module whose parse function the script calls
-HELP_FIXTURE = ROOT / "tests" / "fixtures" / "cli_help" / "sglang-0.5.23-help.txt"
+# The action table of `sglang serve` 0.5.23 (flags, dest, type, default, choices, action), read off its parser.
+REFERENCE_TABLE = HERE / "sglang-0.5.23-serve-flags.tsv"
 
-# argparse's help depends on the terminal width and, for choices built from sets, on the hash seed:
-# pin both so the output is the same on every machine (80 columns: what a pipe gets by default).
-HELP_ENV = {"COLUMNS": "80", "PYTHONHASHSEED": "0", "LC_ALL": "C"}
+# Choices built from sets follow the hash seed: pin it (and the locale) so every machine sees one order.
+PARSER_ENV = {"PYTHONHASHSEED": "0", "LC_ALL": "C"}
 
 
 class ParserUnavailable(RuntimeError):
@@ -59,7 +57,7 @@ def ensure_venv(timeout=900):
 
 def run_parser(python, args, stdin=None, env=None, timeout=120):
     """Run the parser script (sglang's parser) under the venv's python; returns the CompletedProcess."""
-    full_env = dict(os.environ, **HELP_ENV, **(env or {}))
+    full_env = dict(os.environ, **PARSER_ENV, **(env or {}))
     return subprocess.run(
         [str(python), str(PARSER_SCRIPT), "--module", SGLANG_MODULE, *args],
         input=stdin,
@@ -95,17 +93,7 @@ def parse_argvs(python, argvs):
     return json.loads(_checked(run_parser(python, [], stdin=json.dumps(request)), "(parse)"))["results"]
 
 
-def help_text(python):
-    """The real parser's --help, as `sglang serve --help` prints it into a pipe."""
-    return _checked(run_parser(python, ["--help"]), "--help")
-
-
 def main(argv):
-    if len(argv) == 2 and argv[0] == "capture-help":
-        python, _seconds = ensure_venv()
-        Path(argv[1]).write_text(help_text(python))
-        print(f"wrote {argv[1]}")
-        return 0
     if argv == ["build"]:
         python, seconds = ensure_venv()
         print(f"{python} ({seconds:.1f}s)")

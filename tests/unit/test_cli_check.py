@@ -1,16 +1,17 @@
-"""disagg.sglang.cli_check: command lines checked by a program's own argparse parser, or its --help.
+"""disagg.sglang.cli_check: command lines checked by the installed program's own argparse parser.
 
 Data-driven: the cases are in cli_check_cases.yml.
 - parser_cases run through the programs' REAL parsers, built by the collection's parser script under
   each program's own Python: sglang 0.5.23 (the parser venv of tests/sglang_parser), sglang-router
   0.3.2 (this venv), the sandbox simulator sglang_pd_sim (tests/sandbox/pdsim on PYTHONPATH).
-- verdicts turn argparse's error texts into the problems the module shows (pure, no parser).
-- argv_cases check the --help emulation (the fallback) against recorded help texts in
-  tests/fixtures/cli_help/; the cross-check runs them through the real parsers too and asserts both
-  say accept or reject alike, except the known gaps of reading a help.
-- runs: the whole check with a fake runner and a cache (fallback, remembered "no parser", help cache).
+- tokens: how argparse reads one token (the mirror that finds abbreviations), checked against the
+  argparse of this Python too.
+- verdicts turn argparse's error texts and the abbreviations into the problems the module shows (pure).
+- runs: the whole check with a fake runner and a cache: checked, flags not checked (no venv, no parser),
+  a crash of the parser script (fails, never cached), what the cache holds after each.
 """
 
+import argparse
 import contextlib
 import io
 import json
@@ -27,26 +28,19 @@ from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.disagg.sglang.plugins.module_utils import cli_argparse as ca
 from ansible_collections.disagg.sglang.plugins.module_utils import cli_check as cc
-from ansible_collections.disagg.sglang.plugins.module_utils import cli_help as ch
+from ansible_collections.disagg.sglang.plugins.module_utils import cli_parser_script as cps
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.modules import cli_check as cli_check_module
 
 REPO = Path(__file__).resolve().parents[2]
-
-FIXTURES = REPO / "tests" / "fixtures" / "cli_help"
 CASES = yaml.safe_load((Path(__file__).parent / "cli_check_cases.yml").read_text())
-HELP = {key: (FIXTURES / name).read_text() for key, name in CASES["help_fixtures"].items()}
 PROFILES = REPO / "profiles"
 
 from samples import INSTANCES, SETTINGS  # noqa: E402
 
-HELP_COMMAND = ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--help"]
-VERSION_COMMAND = ["/opt/sglang/venv/bin/python", "-c", "import importlib.metadata as m; print(m.version('sglang'))"]
-
-
-@pytest.fixture(scope="module")
-def specs():
-    return {key: ch.parse_help(text) for key, text in HELP.items()}
+PYTHON = "/opt/sglang/venv/bin/python"
+MODULE = "sglang.launch_server"
+VERSION_COMMAND = [PYTHON, "-c", "import importlib.metadata as m; print(m.version('sglang'))"]
 
 
 def case_argv(case):
@@ -72,223 +66,232 @@ def assert_matches(got, want, what):
             assert expected["message_contains"] in item["message"]
         if "hint_contains" in expected:
             assert expected["hint_contains"] in item["hint"]
+        if "hint" in expected:
+            assert item["hint"] == expected["hint"]
 
 
 # --------------------------------------------------------------------------------------------------
-# Reading the help
+# How argparse reads one token: the mirror that finds abbreviations (data-driven)
 # --------------------------------------------------------------------------------------------------
 
 
-def test_sglang_help_yields_every_listed_flag_of_the_reference_table(specs):
-    """The help-derived spec has every flag of sglang 0.5.23 that --help shows, with its choices."""
-    reference = {}
-    for row in (FIXTURES / "sglang-0.5.23-serve-flags.tsv").read_text().splitlines()[1:]:
-        flags, _dest, _type, _default, choices, _action = row.split("\t")
-        reference[tuple(flags.split(","))] = sorted(filter(None, choices.split(",")))
-    parsed = {tuple(o["strings"]): sorted(o["choices"] or []) for o in specs["sglang"]["options"]}
-    hidden = {("--forward-pass-metrics-worker-id",), ("--forward-pass-metrics-ipc-name",)}  # help=SUPPRESS
-    assert set(parsed) == set(reference) - hidden
-    for flags, choices in parsed.items():
-        assert choices == reference[flags], flags
-    assert specs["sglang"]["prog"] == "sglang serve"
-    required = [o["strings"][0] for o in specs["sglang"]["options"] if o["required"]]
-    assert required == ["--model-path"]
-    deprecated = sorted(o["strings"][0] for o in specs["sglang"]["options"] if o["deprecated"])
-    assert deprecated == sorted(
-        [
-            "--disable-cuda-graph",
-            "--enable-dp-attention",
-            "--monokernel-backend",
-            "--enable-flashinfer-allreduce-fusion",
-            "--grpc-mode",
-            "--disable-fast-image-processor",
-        ]
-    )
-
-
-def test_router_help_skips_the_examples_in_its_description(specs):
-    options = {o["strings"][0]: o for o in specs["router"]["options"]}
-    assert len(options) == 99
-    assert (options["--prefill"]["min_args"], options["--prefill"]["max_args"]) == (1, None)
-    assert (options["--decode"]["min_args"], options["--decode"]["max_args"]) == (1, 1)
-    assert (options["--worker-urls"]["min_args"], options["--worker-urls"]["max_args"]) == (0, None)
-    assert options["--pd-disaggregation"]["max_args"] == 0
-    assert options["--prefill-policy"]["choices"][-1] == "bucket"
-    assert not any(o["required"] or o["deprecated"] for o in options.values())
-
-
-def test_router_fixture_is_the_installed_router_help(specs):
-    """The recorded router help is what the controller's sglang-router (pinned 0.3.2) prints."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "sglang_router.launch_router", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=dict(os.environ, COLUMNS="80"),
-    )
-    live = ch.parse_help(proc.stdout)
-
-    def comparable(spec):  # choices built from sets: their order follows the hash seed
-        return [dict(o, args=None, choices=sorted(o["choices"] or [])) for o in spec["options"]]
-
-    assert comparable(live) == comparable(specs["router"])
+def _argparse_reads(token, options, allow_abbrev):
+    """What this Python's own argparse makes of ``token``, in match_option's terms (its private
+    _parse_optional: 3 items up to 3.12, 4 after; it exits, or raises, on an ambiguous prefix)."""
+    parser = argparse.ArgumentParser(prog="t", add_help=False, allow_abbrev=allow_abbrev)
+    for option in options:
+        parser.add_argument(option)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            found = parser._parse_optional(token)
+    except (SystemExit, argparse.ArgumentError):
+        return "ambiguous", None
+    if found is None:
+        return "value", None
+    action, option = found[0], found[1]
+    if action is None:
+        return "unknown", None
+    name, sep, _value = token.partition("=")
+    if option == token or (sep and option == name):
+        return "exact", option
+    if token[1] not in parser.prefix_chars and option == token[:2]:
+        return "short", option
+    return "abbreviation", option
 
 
 @pytest.mark.parametrize(
-    ("args", "arity"),
-    [
-        ("", (0, 0)),
-        ("X", (1, 1)),
-        ("X Y", (2, 2)),
-        ("[X]", (0, 1)),
-        ("[X ...]", (0, None)),
-        ("[X [X ...]]", (0, None)),
-        ("X [X ...]", (1, None)),
-        ("{a,b} [{a,b} ...]", (1, None)),
-        ("...", (0, None)),
-        ("A ...", (1, None)),
+    "row",
+    CASES["tokens"],
+    ids=[
+        f"{r['options']}:{r['token']!r}{'' if r.get('allow_abbrev', True) else ':no-abbrev'}" for r in CASES["tokens"]
     ],
 )
-def test_argparse_args_strings(args, arity):
-    assert ch._arity(args) == arity
+def test_token_read_as_argparse_reads_it(row):
+    options = CASES["token_parsers"][row["options"]]
+    allow_abbrev = row.get("allow_abbrev", True)
+    want = (row["kind"], row["option"])
+    assert cps.match_option(row["token"], options, "-", allow_abbrev) == want
+    assert _argparse_reads(row["token"], options, allow_abbrev) == want, "this Python's argparse reads it otherwise"
 
 
-def test_python_3_13_invocation_style():
-    """Python 3.13 prints ``-m, --model-path MODEL_PATH`` instead of repeating the metavar."""
-    text = (
-        "usage: prog [-h] -m MODEL_PATH [--mode {a,b}]\n\n"
-        "options:\n"
-        "  -h, --help            show this help message and exit\n"
-        "  -m, --model-path MODEL_PATH\n"
-        "                        The model.\n"
-        "  --mode {a,b}          Deprecated. Use --other.\n"
-    )
-    spec = ch.parse_help(text)
-    model = spec["options"][1]
-    assert model["strings"] == ["-m", "--model-path"]
-    assert model["required"]
-    assert spec["options"][2]["deprecated"]
-    result = ch.check_argv(spec, ["-m", "x", "--mode", "c"])
-    assert [p["kind"] for p in result["problems"]] == ["choice"]
-    assert ch.check_argv(spec, ["-mx"])["problems"] == []  # a short option with its value attached
-
-
-def test_not_argparse_help_is_an_error():
-    with pytest.raises(cc.CheckError, match="no 'usage:' line"):
-        ch.parse_help("hello\n")
+def test_abbreviations_of_an_argv_stop_at_the_double_dash():
+    options = CASES["token_parsers"]["small"]
+    argv = ["--tp", "4", "--model", "m", "--page-=1", "-p8000", "--", "--tp"]
+    assert cps.abbreviations(argv, options) == [
+        {"token": "--tp", "flag": "--tp", "full": "--tp-size"},
+        {"token": "--page-=1", "flag": "--page-", "full": "--page-size"},
+    ]
+    assert cps.abbreviations(["--tp", "4"], options, allow_abbrev=False) == [], "no prefix matching: argparse refuses"
 
 
 # --------------------------------------------------------------------------------------------------
-# Checking command lines (data-driven)
+# Verdicts: the script's RESULT -> the module's problems (pure, data-driven)
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", CASES["argv_cases"], ids=[case["id"] for case in CASES["argv_cases"]])
-def test_argv_case(case, specs):
-    result = ch.check_argv(specs[case["help"]], case_argv(case))
-    assert_matches(result["problems"], case["problems"], "problems")
-    assert_matches(result["warnings"], case["warnings"], "warnings")
-
-
-def test_every_shipped_profile_passes_the_help_check(specs):
-    paths = sorted(PROFILES.glob("*.yml"))
-    assert paths
-    for path in paths:
-        profile = yaml.safe_load(path.read_text())
-        for role in sf.WORKER_ROLES:
-            argv = sf.argv(sf.render_lines(sf.worker_flags(profile, role, INSTANCES[role], SETTINGS)))
-            result = ch.check_argv(specs["sglang"], argv)
-            assert result == {"problems": [], "warnings": []}, (path.stem, role)
+@pytest.mark.parametrize("case", CASES["verdicts"], ids=[case["id"] for case in CASES["verdicts"]])
+def test_verdict(case):
+    result = dict({"ok": False, "exit_status": 2, "error": "", "warnings": [], "flags": {}}, **case["result"])
+    found = ca.verdict(result, CASES["verdict_info"], case["argv"])
+    assert found["ok"] is (not case["problems"])
+    assert_matches(found["problems"], case["problems"], "problems")
+    assert_matches(found["warnings"], case["warnings"], "warnings")
 
 
 # --------------------------------------------------------------------------------------------------
 # The whole check with a fake runner and a cache (data-driven)
 # --------------------------------------------------------------------------------------------------
 
+FAKE_INFO = {**CASES["verdict_info"], "prog": "sglang serve", "allow_abbrev": True, "prefix_chars": "-"}
+ACCEPTED = {
+    "ok": True,
+    "exit_status": 0,
+    "message": "",
+    "error": "",
+    "output": "",
+    "warnings": [],
+    "namespace": {},
+    "flags": {},
+    "abbreviations": [],
+}
+CANNOT_BUILD = (
+    "a line the import printed\n"
+    f"cli_parser_script: cannot import sglang.srt.server_args:prepare_server_args with {PYTHON}: "
+    "ModuleNotFoundError: No module named 'sglang.srt'\n"
+)
+TRACEBACK = "Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\nKeyError: 'options'\n"
+PARSER_ANSWERS = {
+    "cannot_build": lambda _asked, _results: (3, "", CANNOT_BUILD),
+    "crash": lambda _asked, _results: (1, "", TRACEBACK),
+    "killed": lambda _asked, _results: (-9, "", ""),
+    "garbage": lambda _asked, _results: (0, "not JSON\n", "a stray warning\n"),
+    "wrong_names": lambda _asked, _results: (0, json.dumps({"info": FAKE_INFO, "results": {"other": ACCEPTED}}), ""),
+    "answers": lambda asked, results: (
+        0,
+        json.dumps({"info": FAKE_INFO, "results": {name: dict(ACCEPTED, **results.get(name, {})) for name in asked}}),
+        "",
+    ),
+}
+
 
 class FakeRunner:
-    def __init__(self, run):
-        self.run, self.ran = run, []
+    """run_command for run_check: the version command and the parser script, as the run's row says."""
+
+    def __init__(self, run, **override):
+        self.run, self.ran = dict(run, **override), []
 
     def __call__(self, argv, data=None):
-        if argv[1:2] == ["-c"] and "--module" in argv:  # the parser script
+        if argv[1:2] == ["-c"] and "--module" in argv:
             self.ran.append("parser")
-            assert json.loads(data) == self.run["argvs"]
-            if self.run["parser"] == "no_parser":
-                return 3, "", "cli_parser_script: cannot import sglang.srt.server_args:prepare_server_args: ..."
-            return 0, "not JSON\n", ""
-        if argv == VERSION_COMMAND:
-            self.ran.append("version")
-            return self.run.get("version_rc", 0), f"{self.run['version']}\n", ""
-        assert argv == HELP_COMMAND, argv
-        self.ran.append("help")
-        text = self.run.get("help_text", HELP[self.run["help"]])
-        rc = self.run.get("help_rc", 0)
-        return (rc, "", text) if self.run.get("help_stream") == "stderr" else (rc, text, "")
+            assert argv[0] == PYTHON
+            assert argv[3:5] == ["--module", self.run.get("module", MODULE)]
+            asked = json.loads(data)
+            assert all(asked[name] == [str(t) for t in self.run["argvs"][name]] for name in asked), asked
+            return PARSER_ANSWERS[self.run.get("parser", "answers")](asked, self.run.get("results", {}))
+        assert argv == VERSION_COMMAND, argv
+        self.ran.append("version")
+        return self.run.get("version_rc", 0), f"{self.run['version']}\n", "version failed\n"
+
+
+def check(run, runner, cache_dir, **override):
+    run = dict(run, **override)
+    exists = run.get("python", "present") == "present"
+    return cc.run_check(
+        runner,
+        PYTHON,
+        run.get("module", MODULE),
+        run["argvs"],
+        version_command=VERSION_COMMAND if run["version"] is not None else None,
+        cache_dir=cache_dir,
+        write_cache=not run.get("check_mode", False),
+        find_executable=lambda path: path if exists else None,
+    )
+
+
+def cache_files(cache_dir, run):
+    """{argv name: mtime_ns of its valid verdict file for this run's program and version}."""
+    found = {}
+    if not cache_dir or run["version"] is None:
+        return found
+    program = {"python": PYTHON, "module": run.get("module", MODULE), "entry": None, "version": run["version"]}
+    for name, argv in run["argvs"].items():
+        if not isinstance(argv, list):
+            continue
+        path, key = ca.argv_cache_path(cache_dir, program, name, argv)
+        if ca.read_json(path, key) is not None:
+            found[name] = os.stat(path).st_mtime_ns
+    return found
 
 
 def prepare_cache(run, cache_dir):
     if run["cache"] == "none":
         return None
-    version = run["version"]
+    cache_dir.mkdir()
+    cache = str(cache_dir)
+    plain = {"check_mode": False, "python": "present"}
     if run["cache"] == "warm":
-        cc.load_spec(FakeRunner(dict(run, version_rc=0)), HELP_COMMAND, VERSION_COMMAND, str(cache_dir))
+        check(run, FakeRunner(run, parser="answers", version_rc=0), cache, **plain)
     elif run["cache"] == "stale":
-        cc.load_spec(FakeRunner(dict(run, version="0.5.22")), HELP_COMMAND, VERSION_COMMAND, str(cache_dir))
-    elif run["cache"] == "warm_no_parser":
-        warm = dict(run, version_rc=0, parser="no_parser")
-        kwargs = {"version_command": VERSION_COMMAND, "cache_dir": str(cache_dir)}
-        cc.run_check(FakeRunner(warm), HELP_COMMAND, run["argvs"], **kwargs)
+        check(run, FakeRunner(run, parser="answers", version="0.5.22"), cache, version="0.5.22", **plain)
+    elif run["cache"] == "after_cannot_build":
+        check(run, FakeRunner(run, parser="cannot_build"), cache, **plain)
     elif run["cache"] == "corrupt":
-        cache_dir.mkdir()
-        Path(cc.cache_path(str(cache_dir), HELP_COMMAND, version)).write_text("{not json")
-    return str(cache_dir)
+        program = {"python": PYTHON, "module": MODULE, "entry": None, "version": run["version"]}
+        for name, argv in run["argvs"].items():
+            Path(ca.argv_cache_path(cache, program, name, argv)[0]).write_text("{not json")
+    return cache
 
 
 @pytest.mark.parametrize("run", CASES["runs"], ids=[run["id"] for run in CASES["runs"]])
 def test_run(run, tmp_path):
     cache_dir = prepare_cache(run, tmp_path / "cache")
-    before = sorted(os.listdir(cache_dir)) if cache_dir and os.path.isdir(cache_dir) else []
-    before_stat = {name: os.stat(os.path.join(cache_dir, name)).st_mtime_ns for name in before}
+    before = cache_files(cache_dir, run)
     runner = FakeRunner(run)
     expect = run["expect"]
-    kwargs = {
-        "version_command": VERSION_COMMAND if run["version"] is not None else None,
-        "cache_dir": cache_dir,
-        "write_cache": not run.get("check_mode", False),
-        "method": run.get("method", "help"),
-    }
     if "error_contains" in expect:
         with pytest.raises(cc.CheckError) as error:
-            cc.run_check(runner, HELP_COMMAND, run["argvs"], **kwargs)
+            check(run, runner, cache_dir)
         for text in expect["error_contains"]:
-            assert text in str(error.value)
-        return
-    result = cc.run_check(runner, HELP_COMMAND, run["argvs"], **kwargs)
-    assert result["method"] == expect.get("method", "help")
-    assert result["spec_source"] == expect["spec_source"]
-    assert runner.ran == expect["ran"]
-    assert result["failed"] is expect["failed"]
-    assert result["checked"] == list(run["argvs"])
-    for text in expect.get("msg_contains", []):
-        assert text in result["msg"], result["msg"]
-    for text in expect.get("warnings_contain", []):
-        assert any(text in warning for warning in result["warnings"]), result["warnings"]
-    after = sorted(os.listdir(cache_dir)) if cache_dir and os.path.isdir(cache_dir) else []
-    written = [
-        name
-        for name in after
-        if name not in before_stat or os.stat(os.path.join(cache_dir, name)).st_mtime_ns != before_stat[name]
-    ]
-    if "cache_files" in expect:
-        assert len(written) == expect["cache_files"], written
-    elif expect.get("cache_written"):
-        assert written == [os.path.basename(result["cache_file"])]
-        assert not [name for name in after if name.startswith(".tmp-")]
+            assert text in str(error.value), str(error.value)
+        result = None
     else:
-        assert written == []
-    if run["version"] is None or cache_dir is None:
-        assert result["cache_file"] is None
+        result = check(run, runner, cache_dir)
+        assert runner.ran == expect["ran"]
+        assert result["failed"] is expect["failed"], result["msg"]
+        assert result["parser_runs"] == expect["ran"].count("parser")
+        if expect.get("not_checked_contains"):
+            assert result["checked"] == [] and result["results"] == {}
+            assert result["msg"].startswith(f"flags not checked ({', '.join(run['argvs'])}): "), result["msg"]
+            for text in expect["not_checked_contains"]:
+                assert text in result["not_checked"], result["not_checked"]
+        else:
+            assert result["not_checked"] is None
+            assert result["checked"] == list(run["argvs"])
+        for text in expect.get("msg_contains", []):
+            assert text in result["msg"], result["msg"]
+        for text in expect.get("warnings_contain", []):
+            assert any(text in warning for warning in result["warnings"]), result["warnings"]
+    after = cache_files(cache_dir, run)
+    if "cached" in expect:
+        assert sorted(after) == sorted(expect["cached"])
+    if "written" in expect:
+        assert sorted(name for name in after if before.get(name) != after[name]) == sorted(expect["written"])
+    if cache_dir:
+        assert not [name for name in os.listdir(cache_dir) if name.startswith(".tmp-")]
+    if result is not None:
+        for name, found in result["results"].items():
+            assert (found["cache_file"] is not None) is (name in after), (name, found["cache_file"])
+
+
+def test_a_crash_leaves_the_verdicts_cached_before_it_alone(tmp_path):
+    """One argv cached, a new one makes the script crash: the check fails, the new verdict is not cached."""
+    run = {"version": "0.5.23", "argvs": {"prefill0": ["--model-path", "/m"]}}
+    check(run, FakeRunner(run), str(tmp_path))
+    grown = dict(run, argvs=dict(run["argvs"], decode0=["--model-path", "/m", "--tp-size", "4"]))
+    with pytest.raises(cc.CheckError, match="the parser script crashed"):
+        check(grown, FakeRunner(grown, parser="crash"), str(tmp_path))
+    assert sorted(cache_files(str(tmp_path), grown)) == ["prefill0"]
+    assert len(os.listdir(tmp_path)) == 1
 
 
 # --------------------------------------------------------------------------------------------------
@@ -296,13 +299,18 @@ def test_run(run, tmp_path):
 # --------------------------------------------------------------------------------------------------
 
 
-def run_module(args, run_command, check_mode=False):
+def run_module(args, run_command=None, check_mode=False):
     if check_mode:
         args = dict(args, _ansible_check_mode=True)
     out, err = io.StringIO(), io.StringIO()
+    patched = (
+        mock.patch.object(basic.AnsibleModule, "run_command", autospec=True, side_effect=run_command)
+        if run_command
+        else contextlib.nullcontext()
+    )
     with (
         patch_module_args(args),
-        mock.patch.object(basic.AnsibleModule, "run_command", autospec=True, side_effect=run_command),
+        patched,
         contextlib.redirect_stdout(out),
         contextlib.redirect_stderr(err),
         pytest.raises(SystemExit) as exit_info,
@@ -315,143 +323,123 @@ def run_module(args, run_command, check_mode=False):
     return exit_info.value.code, result
 
 
-def module_runner(version="0.5.23", help_key="sglang"):
+def module_runner(results=None, version="0.5.23"):
+    """AnsibleModule.run_command for the module: sys.executable stands for the venv's Python."""
     calls = []
 
-    def run_command(_module, argv, environ_update=None, **_kwargs):
+    def run_command(_module, argv, environ_update=None, data=None, **_kwargs):
         calls.append((argv, environ_update))
-        if argv == VERSION_COMMAND:
-            return 0, version + "\n", ""
-        return 0, HELP[help_key], ""
+        if argv[1:2] == ["-c"] and "--module" in argv:
+            return PARSER_ANSWERS["answers"](json.loads(data), results or {})
+        return 0, version + "\n", ""
 
     return run_command, calls
 
 
-def test_module_passes_and_caches(tmp_path):
-    args = {
-        "help_command": HELP_COMMAND,
-        "version_command": VERSION_COMMAND,
-        "cache_dir": str(tmp_path),
-        "argvs": {"prefill0": ["--model-path", "/m", "--disable-cuda-graph"]},
-        "method": "help",
-    }
-    run_command, calls = module_runner()
+MODULE_ARGS = {
+    "python": sys.executable,
+    "module": MODULE,
+    "version_command": [sys.executable, "-c", "print('0.5.23')"],
+    "argvs": {"prefill0": ["--model-path", "/m", "--disable-cuda-graph"]},
+}
+
+
+def test_module_passes_warns_and_caches(tmp_path):
+    args = dict(MODULE_ARGS, cache_dir=str(tmp_path))
+    deprecated = {"prefill0": {"warnings": ["--disable-cuda-graph is deprecated and will be removed"]}}
+    run_command, calls = module_runner(deprecated)
     code, result = run_module(args, run_command)
     assert code == 0
     assert result["changed"] is False
-    assert result["spec_source"] == "help"
+    assert (result["checked"], result["not_checked"], result["parser_runs"]) == (["prefill0"], None, 1)
     assert result["version"] == "0.5.23"
-    assert result["checked"] == ["prefill0"]
     assert "prefill0: --disable-cuda-graph is deprecated" in result["_warnings_text"]
     assert result["flag_warnings"][0]["kind"] == "deprecated"
     assert all(env == {"LC_ALL": "C", "LANG": "C"} for _argv, env in calls)
-    assert os.path.isfile(result["cache_file"])
+    assert os.path.isfile(result["results"]["prefill0"]["cache_file"])
 
-    run_command, calls = module_runner()
+    run_command, calls = module_runner(deprecated)
     code, result = run_module(args, run_command)
     assert code == 0
-    assert result["spec_source"] == "cache"
-    assert [argv for argv, _env in calls] == [VERSION_COMMAND]
+    assert (result["parser_runs"], result["results"]["prefill0"]["source"]) == (0, "cache")
+    assert [argv for argv, _env in calls] == [MODULE_ARGS["version_command"]]
 
 
-def test_module_fails_listing_problems(tmp_path):
-    args = {
-        "help_command": HELP_COMMAND,
-        "argvs": {"decode0": ["--model-path", "/m", "--cuda-graph-max-bs", "64"]},
-        "method": "help",
-    }
-    run_command, _calls = module_runner()
+def test_module_fails_listing_problems():
+    args = dict(MODULE_ARGS, argvs={"decode0": ["--model-path", "/m", "--tp", "4"]})
+    run_command, _calls = module_runner({"decode0": {"abbreviations": [{"flag": "--tp", "full": "--tp-size"}]}})
     code, result = run_module(args, run_command)
     assert code == 1
     assert result["failed"] is True
     assert result["changed"] is False
-    assert "decode0: --cuda-graph-max-bs: ambiguous option" in result["msg"]
-    assert result["problems"]["decode0"][0]["kind"] == "ambiguous"
+    assert "decode0: --tp: --tp is an abbreviation of --tp-size: write the full flag name" in result["msg"]
+    assert result["problems"]["decode0"][0]["kind"] == "abbreviation"
 
 
 def test_module_check_mode_does_not_write_the_cache(tmp_path):
-    args = {
-        "help_command": HELP_COMMAND,
-        "version_command": VERSION_COMMAND,
-        "cache_dir": str(tmp_path / "cache"),
-        "argvs": {"prefill0": ["--model-path", "/m"]},
-        "method": "help",
-    }
+    args = dict(MODULE_ARGS, cache_dir=str(tmp_path / "cache"))
     run_command, _calls = module_runner()
     code, result = run_module(args, run_command, check_mode=True)
     assert code == 0
-    assert result["spec_source"] == "help"
+    assert result["parser_runs"] == 1
     assert not (tmp_path / "cache").exists()
 
 
-def test_module_reports_a_broken_help_command(tmp_path):
-    def run_command(_module, argv, **_kwargs):
-        return 1, "", "Traceback ...\nImportError: libcuda.so.1: cannot open shared object file\n"
+def test_module_says_flags_not_checked_where_the_venv_is_not_made_yet(tmp_path):
+    """A first install: the preflight play runs before the deps role makes the venv. Not a failure, not a pass."""
+    python = tmp_path / "venv" / "bin" / "python"
+    args = dict(MODULE_ARGS, python=str(python), version_command=[str(python), "-V"], cache_dir=str(tmp_path / "c"))
+    run_command, calls = module_runner()
+    code, result = run_module(args, run_command)
+    assert code == 0
+    assert calls == [], "nothing runs: not the version command, not the parser"
+    assert (result["checked"], result["results"], result["prog"]) == ([], {}, None)
+    assert result["not_checked"].startswith(f"{python} does not exist on this host")
+    assert f"flags not checked (prefill0): {python} does not exist" in result["_warnings_text"]
+    assert result["msg"].startswith("flags not checked (prefill0): ")
+    assert not (tmp_path / "c").exists()
 
-    code, result = run_module({"help_command": HELP_COMMAND, "argvs": {"p": []}}, run_command)
+
+def test_module_says_flags_not_checked_where_the_program_is_not_installed(tmp_path):
+    """This venv has no sglang: the real script exits 3 saying so; nothing is cached, the next run tries again."""
+    args = dict(MODULE_ARGS, version_command=None, cache_dir=str(tmp_path))
+    code, result = run_module(args)
+    assert code == 0
+    assert result["checked"] == []
+    assert result["not_checked"] == (
+        f"the parser of {MODULE} cannot be built with {sys.executable}: sglang is not installed in this "
+        f"interpreter's environment ({sys.executable})"
+    )
+    assert (
+        "flags not checked (prefill0): the parser of sglang.launch_server cannot be built" in result["_warnings_text"]
+    )
+    assert os.listdir(tmp_path) == []
+
+
+def test_module_fails_with_the_stderr_of_a_crashing_parser_script(tmp_path):
+    """A crash (here the program's parse function kills the interpreter, as a segfault would) fails the check
+    with the script's standard error and caches nothing."""
+    (tmp_path / "crashing_cli.py").write_text(
+        "import os\n\n\ndef parse(argv):\n"
+        "    os.write(2, b'Traceback (most recent call last):\\nMemoryError: the parser blew up\\n')\n"
+        "    os._exit(1)\n"
+    )
+    args = dict(
+        MODULE_ARGS,
+        module="crashing_cli",
+        parser_entry="crashing_cli:parse",
+        version_command=[sys.executable, "-c", "print('crashing-cli 1.0')"],
+        cache_dir=str(tmp_path / "cache"),
+    )
+    with mock.patch.dict(os.environ, {"PYTHONPATH": str(tmp_path)}):
+        code, result = run_module(args)
     assert code == 1
-    assert "the help command" in result["msg"]
-    assert "the program's own parser could not be used either" in result["msg"]
-    assert result["msg"].count("libcuda.so.1") == 2
-
-
-# --------------------------------------------------------------------------------------------------
-# Cross-check: the help check and the programs' REAL parsers agree on accept/reject
-# --------------------------------------------------------------------------------------------------
-
-
-def test_cross_check_with_the_real_parsers(specs, parser_verdicts, capsys):
-    real = {}
-    for program in ("sglang", "router"):
-        for name, found in parser_verdicts[program]["results"].items():
-            if name.startswith("argv:"):
-                real[name[len("argv:") :]] = (found["ok"], found["error"])
-
-    cases = {case["id"]: case for case in CASES["argv_cases"]}
-    assert set(real) == set(cases)
-    report = []
-    for name, (real_ok, real_error) in real.items():
-        case = cases[name]
-        problems = ch.check_argv(specs[case["help"]], case_argv(case))["problems"]
-        help_ok = not problems
-        agree = help_ok == real_ok
-        report.append(
-            f"  {name}: real {'accept' if real_ok else 'reject'}, help check {'accept' if help_ok else 'reject'}"
-        )
-        if case.get("cross_check", "agree") == "known_gap":
-            assert not agree, f"{name}: the known gap is closed ({case['reason']}): mark it agree"
-        else:
-            assert agree, f"{name}: real parser says {real_ok} ({real_error}), the help check says {help_ok}"
-            if len(problems) == 1:  # one problem: the user reads argparse's own words
-                assert problems[0]["message"] == real_error.partition(" error: ")[2] or (
-                    problems[0]["message"] == real_error
-                ), (name, real_error)
-    with capsys.disabled():
-        print("\n[cli_check vs real parsers]\n" + "\n".join(report))
-
-
-def test_real_commands_cold_and_cached(real_python, tmp_path, capsys):
-    """The shipped profile's lines against sglang's own parser (no torch; its ``--help`` could not even run
-    here), cold then cached. The router's: test_module_with_the_real_router; its help: the fixture test."""
-    profile = yaml.safe_load((PROFILES / "deepseek_v4_flash_sm120.yml").read_text())
-    worker_argvs = {
-        INSTANCES[role]["name"]: sf.argv(sf.render_lines(sf.worker_flags(profile, role, INSTANCES[role], SETTINGS)))
-        for role in sf.WORKER_ROLES
-    }
-    help_command, version_command, _env = program_commands("sglang", real_python)
-    seconds = []
-    for expected_source in ("parser", "cache"):
-        runner = RealRunner()
-        started = time.monotonic()
-        kwargs = {"version_command": version_command, "cache_dir": str(tmp_path)}
-        result = cc.run_check(runner, help_command, worker_argvs, **kwargs)
-        seconds.append(time.monotonic() - started)
-        assert (result["method"], result["spec_source"], result["version"]) == ("argparse", expected_source, "0.5.23")
-        assert runner.parser_runs == (1 if expected_source == "parser" else 0)
-        assert result["failed"] is False, result["msg"]
-        assert result["flag_warnings"] == []
-    with capsys.disabled():
-        print(f"\n[cli_check, sglang 0.5.23 own parser] cold {seconds[0]:.2f}s, cached {seconds[1]:.2f}s")
+    assert result["msg"] == (
+        f"the parser script crashed, so the flags could not be checked: {sys.executable} -c <cli_parser_script> "
+        "--module crashing_cli --entry crashing_cli:parse exited with status 1; its standard error ends:\n"
+        "Traceback (most recent call last):\nMemoryError: the parser blew up"
+    )
+    assert not (tmp_path / "cache").exists()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -481,7 +469,7 @@ class RealRunner:
 
 
 def program_commands(name, real_python=None):
-    """(help_command, version_command, runner env) of one program as the roles would call it."""
+    """(python, module, version_command, runner env) of one program as the roles would call it."""
     if name == "sglang":
         python, module, dist = str(real_python), "sglang.launch_server", "sglang"
     elif name == "router":
@@ -493,7 +481,7 @@ def program_commands(name, real_python=None):
         if dist
         else [python, "-c", "import sglang_pd_sim as s; print('sglang-pd-sim', s.__version__)"]
     )
-    return [python, "-m", module, "--help"], version, SIM_ENV if name == "sim" else {}
+    return python, module, version, SIM_ENV if name == "sim" else {}
 
 
 PARSER_CASES = [
@@ -505,15 +493,13 @@ PARSER_CASES = [
 
 @pytest.fixture(scope="module")
 def parser_verdicts(real_python):
-    """Each program's own parser, run once over a batch: its parser_cases, and the argv_cases of its help
-    (as ``argv:ID``, for the cross-check of the help emulation)."""
+    """Each program's own parser, run once over a batch of its parser_cases."""
     verdicts, seconds = {}, []
     for program in ("sglang", "router", "sim"):
-        help_command, _version_command, env = program_commands(program, real_python)
-        argvs = {c["id"]: c["argv"] for c in CASES["parser_cases"] if program in c["programs"]}
-        argvs.update({f"argv:{c['id']}": case_argv(c) for c in CASES["argv_cases"] if c["help"] == program})
+        python, module, _version_command, env = program_commands(program, real_python)
+        argvs = {c["id"]: case_argv(c) for c in CASES["parser_cases"] if program in c["programs"]}
         started = time.monotonic()
-        out = ca.parse_argvs(RealRunner(env), help_command, argvs)
+        out = ca.parse_argvs(RealRunner(env), python, module, argvs)
         seconds.append(f"{program} {time.monotonic() - started:.2f}s ({len(argvs)} argvs)")
         assert out["parser_runs"] == 1
         verdicts[program] = out
@@ -530,8 +516,8 @@ def test_parser_case(case, program, parser_verdicts):
     assert_matches(found["warnings"], case["warnings"], "warnings")
     if case["ok"]:
         assert found["error"] == ""
-    else:
-        assert found["error"] == found["problems"][0]["message"] or found["problems"][0]["kind"] == "exits"
+    elif found["error"]:
+        assert found["error"] == found["problems"][0]["message"], "argparse's own words come first"
 
 
 def test_parsers_are_the_programs_own(parser_verdicts):
@@ -550,39 +536,51 @@ def test_parsers_are_the_programs_own(parser_verdicts):
     }
 
 
-@pytest.mark.parametrize("case", CASES["verdicts"], ids=[case["id"] for case in CASES["verdicts"]])
-def test_verdict(case):
-    result = dict({"ok": False, "exit_status": 2, "error": "", "warnings": [], "flags": {}}, **case["result"])
-    found = ca.verdict(result, CASES["verdict_info"], case["argv"])
-    assert found["ok"] is (not case["problems"])
-    assert_matches(found["problems"], case["problems"], "problems")
-    assert_matches(found["warnings"], case["warnings"], "warnings")
-    for got, want in zip(found["problems"] + found["warnings"], case["problems"] + case["warnings"], strict=True):
-        if "hint" in want:
-            assert got["hint"] == want["hint"]
+def test_every_shipped_profile_spells_its_flags_in_full(parser_verdicts):
+    """No profile line is an abbreviation: the rules of rules.py and sglang_flags.py see full names only."""
+    for name in ("shipped-profile-prefill-accepted", "shipped-profile-decode-accepted"):
+        assert parser_verdicts["sglang"]["results"][name]["problems"] == []
 
 
-@pytest.mark.parametrize(
-    ("help_command", "entry", "reason"),
-    [
-        (["/usr/bin/sglang-router", "--help"], None, "does not run a Python module"),
-        (["/v/bin/python", "-m", "vllm.entrypoints.api_server", "--help"], None, "no parse function is known"),
-    ],
-)
-def test_no_parser_command(help_command, entry, reason):
-    with pytest.raises(ca.NoParser, match=reason):
-        ca.parser_command(help_command, entry)
+def test_real_commands_cold_and_cached(real_python, tmp_path, capsys):
+    """The shipped profile's lines against sglang's own parser (no torch), cold then cached."""
+    profile = yaml.safe_load((PROFILES / "deepseek_v4_flash_sm120.yml").read_text())
+    worker_argvs = {
+        INSTANCES[role]["name"]: sf.argv(sf.render_lines(sf.worker_flags(profile, role, INSTANCES[role], SETTINGS)))
+        for role in sf.WORKER_ROLES
+    }
+    python, module, version_command, _env = program_commands("sglang", real_python)
+    seconds = []
+    for expected_source in ("parser", "cache"):
+        runner = RealRunner()
+        started = time.monotonic()
+        result = cc.run_check(
+            runner, python, module, worker_argvs, version_command=version_command, cache_dir=str(tmp_path)
+        )
+        seconds.append(time.monotonic() - started)
+        assert (result["not_checked"], result["version"]) == (None, "0.5.23")
+        assert {r["source"] for r in result["results"].values()} == {expected_source}
+        assert runner.parser_runs == result["parser_runs"] == (1 if expected_source == "parser" else 0)
+        assert result["failed"] is False, result["msg"]
+        assert result["flag_warnings"] == []
+    with capsys.disabled():
+        print(f"\n[cli_check, sglang 0.5.23 own parser] cold {seconds[0]:.2f}s, cached {seconds[1]:.2f}s")
+
+
+def test_unknown_module_needs_a_parser_entry():
+    with pytest.raises(ca.CheckError, match=r"no parse function is known for vllm\.entrypoints\.api_server"):
+        ca.parser_command("/v/bin/python", "vllm.entrypoints.api_server")
 
 
 def test_parser_entry_names_another_program():
-    command = ca.parser_command(["/v/bin/python", "-m", "tool", "--help"], "tool.cli:parse")
+    command = ca.parser_command("/v/bin/python", "tool", "tool.cli:parse")
     assert command[:2] == ["/v/bin/python", "-c"]
     assert command[3:] == ["--module", "tool", "--entry", "tool.cli:parse"]
 
 
 def test_cache_per_version_and_argv(tmp_path):
     """A no-op run starts no parser; a changed argv re-parses only that argv; a new version all of them."""
-    help_command, version_command, env = program_commands("sim")
+    python, module, version_command, env = program_commands("sim")
     argvs = {
         "prefill0": ["--model-path", "/m", "--disaggregation-mode", "prefill"],
         "decode0": ["--model-path", "/m", "--disaggregation-mode", "decode"],
@@ -590,15 +588,15 @@ def test_cache_per_version_and_argv(tmp_path):
     kwargs = {"version_command": version_command, "cache_dir": str(tmp_path)}
 
     runner = RealRunner(env)
-    first = cc.run_check(runner, help_command, argvs, **kwargs)
-    assert (first["method"], first["parser_runs"], runner.parser_runs) == ("argparse", 1, 1)
+    first = cc.run_check(runner, python, module, argvs, **kwargs)
+    assert (first["not_checked"], first["parser_runs"], runner.parser_runs) == (None, 1, 1)
     assert first["version"] == "sglang-pd-sim 0.1.0"
     assert {r["source"] for r in first["results"].values()} == {"parser"}
     assert len(os.listdir(tmp_path)) == 2
 
     runner = RealRunner(env)
-    again = cc.run_check(runner, help_command, argvs, **kwargs)
-    assert (again["parser_runs"], runner.parser_runs, again["spec_source"]) == (0, 0, "cache")
+    again = cc.run_check(runner, python, module, argvs, **kwargs)
+    assert (again["parser_runs"], runner.parser_runs) == (0, 0)
     assert runner.commands == [" ".join(version_command)]
     assert again["results"] == {name: dict(result, source="cache") for name, result in first["results"].items()}, (
         "a cached verdict is the verdict"
@@ -607,7 +605,7 @@ def test_cache_per_version_and_argv(tmp_path):
 
     runner = RealRunner(env)
     changed = dict(argvs, decode0=[*argvs["decode0"], "--page-size", "x"])
-    third = cc.run_check(runner, help_command, changed, **kwargs)
+    third = cc.run_check(runner, python, module, changed, **kwargs)
     assert (third["parser_runs"], runner.parser_runs) == (1, 1)
     assert third["results"]["prefill0"]["source"] == "cache"
     assert third["results"]["decode0"]["source"] == "parser"
@@ -618,43 +616,37 @@ def test_cache_per_version_and_argv(tmp_path):
     runner = RealRunner(env)
     other_kwargs = dict(kwargs)
     other_kwargs["version_command"] = [sys.executable, "-c", "print('sglang-pd-sim 0.1.1')"]
-    fourth = cc.run_check(runner, help_command, argvs, **other_kwargs)
+    fourth = cc.run_check(runner, python, module, argvs, **other_kwargs)
     assert (fourth["parser_runs"], runner.parser_runs) == (1, 1)
 
     before = {name: os.stat(tmp_path / name).st_mtime_ns for name in os.listdir(tmp_path)}
-    checked = cc.run_check(RealRunner(env), help_command, argvs, **kwargs, write_cache=False)
+    checked = cc.run_check(RealRunner(env), python, module, argvs, **kwargs, write_cache=False)
     assert checked["parser_runs"] == 1, "the run of another version pruned this version's verdicts"
     assert {name: os.stat(tmp_path / name).st_mtime_ns for name in os.listdir(tmp_path)} == before, "check mode"
 
 
 def test_module_with_the_real_router(tmp_path):
     """The module end to end, AnsibleModule.run_command included (the script goes as -c, argvs on stdin)."""
-    help_command, version_command, _env = program_commands("router")
+    python, module, version_command, _env = program_commands("router")
     args = {
-        "help_command": help_command,
+        "python": python,
+        "module": module,
         "version_command": version_command,
         "cache_dir": str(tmp_path),
-        "method": "argparse",
         "argvs": {
             "router": ["--pd-disaggregation", "--prefill", "http://a:30000", "8998", "--decode", "http://c:30001"],
             "router_bad": ["--pd-disaggregation", "--prefill-policy", "fastest"],
+            "router_abbreviated": ["--pd-disaggregation", "--prefill-pol", "cache_aware"],
         },
     }
-    out, err = io.StringIO(), io.StringIO()
-    with (
-        patch_module_args(args),
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-        pytest.raises(SystemExit) as exit_info,
-    ):
-        cli_check_module.main()
-    result = json.loads(out.getvalue())
-    assert exit_info.value.code == 1
-    assert result["method"] == "argparse"
+    code, result = run_module(args)
+    assert code == 1
+    assert result["not_checked"] is None
     assert result["version"] == "0.3.2"
     assert result["results"]["router"]["ok"] is True
     assert result["results"]["router"]["flags"]["--prefill"] == [["http://a:30000", "8998"]]
     assert result["problems"]["router_bad"][0]["kind"] == "choice"
     assert "router_bad: --prefill-policy: argument --prefill-policy: invalid choice: 'fastest'" in result["msg"]
+    assert "router_abbreviated: --prefill-pol: --prefill-pol is an abbreviation of --prefill-policy" in result["msg"]
     assert "(its own parser)" in result["msg"]
-    assert len(os.listdir(tmp_path)) == 2
+    assert len(os.listdir(tmp_path)) == 3

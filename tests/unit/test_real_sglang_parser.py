@@ -17,7 +17,6 @@ REPO = Path(__file__).resolve().parents[2]
 import real_parser_client as rpc  # noqa: E402
 
 PROFILES = sorted((REPO / "profiles").glob("*.yml"))  # every file there is a shipped profile
-FIXTURES = REPO / "tests" / "fixtures" / "cli_help"
 SGLANG_VERSION = "0.5.23"
 
 from samples import INSTANCES, SETTINGS  # noqa: E402
@@ -40,6 +39,8 @@ EXTRA_ARGVS = {
     "disable-cuda-graph": ["--model-path", "/m", "--disable-cuda-graph"],
     "kv-cache-dtype-fp9": ["--model-path", "/m", "--kv-cache-dtype", "fp9"],
     "tp-prefix": ["--model-path", "/m", "--tp", "4"],
+    "tp-prefix-with-equals": ["--model-path", "/m", "--tp=4", "--page-size=256"],
+    "tp-prefix-after-dashes": ["--model-path", "/m", "--", "--tp"],
 }
 
 
@@ -67,7 +68,7 @@ def test_real_parser_is_sglang_0_5_23(real_python):
 def test_real_parser_matches_the_reference_flag_table(real_python):
     """The parser built here has exactly the actions of the reference table (read off the wheel)."""
     table = rpc.action_table(real_python)
-    with (FIXTURES / "sglang-0.5.23-serve-flags.tsv").open() as handle:
+    with rpc.REFERENCE_TABLE.open() as handle:
         reference = list(csv.DictReader(handle, delimiter="\t"))
     got = {tuple(row["flags"]): (row["dest"], row["action"], sorted(row["choices"] or [])) for row in table}
     want = {
@@ -75,15 +76,6 @@ def test_real_parser_matches_the_reference_flag_table(real_python):
         for row in reference
     }
     assert got == want
-
-
-def test_help_fixture_is_what_the_real_parser_prints(real_python):
-    """tests/fixtures/cli_help/sglang-0.5.23-help.txt (the flag check's fixture) is the real --help."""
-    fixture = (FIXTURES / "sglang-0.5.23-help.txt").read_text()
-    assert rpc.help_text(real_python) == fixture, (
-        "refresh it: python tests/sglang_parser/real_parser_client.py capture-help "
-        "tests/fixtures/cli_help/sglang-0.5.23-help.txt"
-    )
 
 
 def test_there_are_shipped_profiles():
@@ -99,6 +91,7 @@ def test_shipped_profile_parses_under_the_real_parser(path, role, parsed, capsys
         print(f"\n[real sglang {SGLANG_VERSION} parser] profile {path.stem}, {role}: {verdict}")
     assert result["ok"], result["message"]
     assert result["warnings"] == [], "a shipped profile must not use deprecated flags"
+    assert result["abbreviations"] == [], "a shipped profile must spell every flag in full"
 
     flags = result["flags"]
     instance = INSTANCES[role]
@@ -158,6 +151,19 @@ def test_bad_choice_and_unique_prefix(parsed):
     bad = parsed["kv-cache-dtype-fp9"]
     assert bad["exit_status"] == 2
     assert "argument --kv-cache-dtype: invalid choice: 'fp9'" in bad["error"]
+    assert bad["abbreviations"] == []
     prefix = parsed["tp-prefix"]
     assert prefix["ok"], "--tp is a unique prefix of --tp-size in 0.5.23"
     assert prefix["flags"] == {"--model-path": "/m", "--tp-size": 4}
+    assert prefix["abbreviations"] == [{"token": "--tp", "flag": "--tp", "full": "--tp-size"}]
+
+
+def test_the_script_names_each_abbreviation_as_sglang_reads_it(parsed):
+    """``--tp=4`` is the same abbreviation as ``--tp 4``; ``--page-size=256`` is a full name; after ``--`` a value."""
+    equals = parsed["tp-prefix-with-equals"]
+    assert equals["ok"], equals["message"]
+    assert equals["flags"] == {"--model-path": "/m", "--tp-size": 4, "--page-size": 256}
+    assert equals["abbreviations"] == [{"token": "--tp=4", "flag": "--tp", "full": "--tp-size"}]
+    after = parsed["tp-prefix-after-dashes"]
+    assert not after["ok"], "sglang serve takes no positional argument"
+    assert after["abbreviations"] == []
