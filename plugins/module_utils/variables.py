@@ -57,7 +57,7 @@ VARIABLES = {
     "sglang_advertise_address": _v(S, "host"),
     "sglang_bind_host": _v(S, "host"),
     "sglang_worker_api_key": _v(S, "secret"),
-    "sglang_rolling_batch": _v(S, "int", (1, 64), "instances restarted at once"),
+    "sglang_rolling_batch": _v(S, "int", (0, 64), "instances restarted at once; 0: all at once, no rolling"),
     "sglang_rolling_router_timeout": _v(S, "int", (1, 3600), "seconds"),
     "sglang_rolling_drain_timeout": _v(S, "int", (1, 86400), "seconds, below sglang_stop_timeout"),
     "sglang_restart_sec": _v(S, "int", (1, 3600), "seconds"),
