@@ -120,7 +120,7 @@ def deployment(tmp_path_factory):
             "sglang_router_prometheus_host": "0.0.0.0",
             "sglang_router_port": ROUTER_PORT,
             "sglang_router_prometheus_port": PROM_PORT,
-            "sglang_router_extra_flags": {"health-check-interval-secs": 2},
+            "sglang_router_health_check_interval": 2,
             # decode gives up on a KV handoff after 2 s (sglang: its bootstrap / waiting timeouts, 300 s); each
             # room's KV bytes go through the real NIXL/UCX in host memory (tests/sandbox/pdsim nixl_handoff.py)
             "sglang_decode_extra_env": {"SGLANG_SIM_HANDOFF_TIMEOUT": "2", "SGLANG_SIM_KV_NIXL": "1"},
