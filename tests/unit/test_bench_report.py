@@ -14,6 +14,7 @@ FILES = REPO / "roles/sglang_bench/files"
 FIXTURES = REPO / "tests/fixtures/bench"
 sys.path.insert(0, str(FILES))
 
+import bench_deployment as bd  # noqa: E402
 import bench_report as br  # noqa: E402
 import bench_step  # noqa: E402
 import bench_tool  # noqa: E402
@@ -139,11 +140,11 @@ def test_the_report_reads_metrics_with_the_collections_parser_and_leaves_out_val
 
 
 def test_parse_unit_of_a_rendered_decode_unit():
-    unit = br.parse_unit((FIXTURES / "sglang-decode0.service").read_text())
+    unit = bd.parse_unit((FIXTURES / "sglang-decode0.service").read_text())
     assert unit["module"] == "sglang_pd_sim"
     assert unit["flags"]["--disaggregation-mode"] == ["decode"]
     assert unit["flags"]["--tp-size"] == ["4"]
-    assert br.placement_of(unit) == {
+    assert bd.placement_of(unit) == {
         "cuda_visible_devices": "4,5,6,7",
         "numactl": "--cpunodebind=1 --membind=1",
         "tp_size": "4",

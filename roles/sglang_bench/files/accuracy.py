@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_deployment
 import bench_report
 
 SCHEMA = "disagg.sglang/accuracy-report/1"
@@ -326,7 +327,7 @@ def build(run_dir: Path, meta: dict, baseline_arg: str) -> dict:
     if problems:
         raise AccuracyError("; ".join(problems))
     summary, rows = summarize(results)
-    dep = bench_report.deployment(meta)  # as the benchmark report reads it (units, versions, simulated)
+    dep = bench_deployment.deployment(meta)  # as the benchmark report reads it (units, versions, simulated)
     report = {
         "schema": SCHEMA,
         "id": run_dir.name,
@@ -341,7 +342,8 @@ def build(run_dir: Path, meta: dict, baseline_arg: str) -> dict:
     }
     baseline = None
     if baseline_arg == "auto":
-        earlier = [r for r in bench_report.load_reports(run_dir.parent, "accuracy.json") if r["_dir"] != str(run_dir)]
+        kept = bench_deployment.load_reports(run_dir.parent, "accuracy.json")
+        earlier = [r for r in kept if r["_dir"] != str(run_dir)]
         found = pick_baseline(earlier, report)
         baseline = baseline_of(found) if found else None
     elif baseline_arg not in ("", "none"):

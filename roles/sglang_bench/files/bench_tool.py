@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accuracy
+import bench_deployment as bd
 import bench_report as br
 
 EXIT_CLIENT, EXIT_REGRESSION = 1, 3
@@ -47,7 +48,7 @@ def cmd_step(args) -> int:
 
 def accuracy_link(inventory_dir: Path, units: dict) -> dict | None:
     """The newest accuracy report of the inventory (playbooks/accuracy.yml), and whether it measured these units."""
-    found = br.load_reports(inventory_dir, "accuracy.json")
+    found = bd.load_reports(inventory_dir, "accuracy.json")
     if not found:
         return None
     newest = max(found, key=lambda r: r["id"])
@@ -71,7 +72,7 @@ def cmd_build(args) -> int:
         print("\n".join(problems))
         return EXIT_CLIENT
     steps = [json.loads((run_dir / f"step-c{c}.json").read_text()) for c in meta["settings"]["concurrencies"]]
-    dep = br.deployment(meta)
+    dep = bd.deployment(meta)
     report = {
         "schema": br.SCHEMA,
         "id": run_dir.name,
@@ -86,7 +87,7 @@ def cmd_build(args) -> int:
     previous = None
     if args.previous and args.previous != "none":
         if args.previous == "auto":
-            candidates = [r for r in br.load_reports(run_dir.parent, "report.json") if r["_dir"] != str(run_dir)]
+            candidates = [r for r in bd.load_reports(run_dir.parent, "report.json") if r["_dir"] != str(run_dir)]
             previous = br.pick_previous(candidates, report["id"])
         else:
             path = Path(args.previous)
