@@ -23,6 +23,7 @@ pytestmark = pytest.mark.usefixtures("sandbox_root")  # not root: fails, never s
 REQUESTS = 24
 LOAD = REPO / "tests" / "sandbox" / "load.py"
 GUEST_LOAD = "/root/load.py"
+LOAD_STOP = "/root/load.stop"
 # DISAGG_MULTIHOST_REUSE=1 (development only): take the hosts as they are, converged by an earlier run.
 REUSE = bool(os.environ.get("DISAGG_MULTIHOST_REUSE"))
 
@@ -162,10 +163,15 @@ def converge_under_load(cluster, extra_vars, load_args, *, succeed=True):
         if loader is None and "TASK [Ask the router whether it serves" in line:
             loader = subprocess.Popen(
                 ["ssh", "-F", str(ssh_config(SANDBOX)), "-o", "BatchMode=yes", router(cluster),
-                 shlex.join(["python3", GUEST_LOAD, *load_args])],
+                 shlex.join(["python3", GUEST_LOAD, *load_args, "--stop-file", LOAD_STOP])],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     play.wait(timeout=1500)
     output = "".join(lines)
+    if loader is not None:
+        # The load runs until the change is over, however long it took on this machine (its deadline only bounds
+        # it), and a few seconds more, so the router's listing of the last restarted worker is seen.
+        time.sleep(3)
+        on(router(cluster), f"touch {LOAD_STOP}")
     assert loader is not None, f"the run never reached the workers' play:\n{output[-4000:]}"
     assert "Show the order of the rolling restart" in output, f"the run showed no rolling restart:\n{output[-4000:]}"
     out, _unused = loader.communicate(timeout=400)
@@ -186,9 +192,11 @@ def started_at(host, unit):
 
 
 # The rolling load: 16 requests always in flight through the router, each about 1 s (200 tokens at the simulator's
-# 5 ms), so every instance holds requests when it is taken out, and the restart happens under work in flight.
-ROLLING_LOAD = ["--max-new-tokens", "200", "run", "--requests", "2500", "--concurrency", "16", "--timeout", "30",
-                "--deadline", "120", "--workers"]  # fmt: skip
+# 5 ms), so every instance holds requests when it is taken out, and the restart happens under work in flight. It ends
+# when the run is over (converge_under_load's stop file); count and deadline only bound it (a CI run's four batches
+# took longer than the 120 s this deadline once was, and the last worker came back after the load had stopped).
+ROLLING_LOAD = ["--max-new-tokens", "200", "run", "--requests", "8000", "--concurrency", "16", "--timeout", "30",
+                "--deadline", "480", "--workers"]  # fmt: skip
 MIN_IN_FLIGHT = 12  # requests in flight through the router at every restart
 PORTS = {"sglang-prefill0": 30000, "sglang-prefill1": 30010, "sglang-decode0": 30001, "sglang-decode1": 30011}
 

@@ -6,7 +6,8 @@ The router listens on the guest's loopback, so tests copy this file into the gue
     python3 load.py wait-ready --timeout 120 --probes 3
 
 `run` sends at most N POST /generate requests, C at a time (optionally at most R starts per second), each
-with its own timeout, and stops starting new ones after the deadline. It prints one JSON object:
+with its own timeout, and stops starting new ones after the deadline (or, with --stop-file, once that file
+exists: a test ends the load when its change is over, whatever that took). It prints one JSON object:
 
     {"t0": epoch, "elapsed": s, "total": n, "ok": n, "errors": {"502": n, "ConnectionRefusedError": n},
      "timeline": [[start, end, "200"], ...],          # seconds since t0, one entry per request sent
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import socket
 import sys
 import threading
@@ -96,6 +98,8 @@ def routed(base: str, timeout: float) -> str:
 
 
 def run(args: argparse.Namespace) -> dict:
+    if args.stop_file and os.path.exists(args.stop_file):
+        os.remove(args.stop_file)
     t0 = time.time()
     stop_at = time.monotonic() + args.deadline
     start_mono = time.monotonic()
@@ -115,6 +119,8 @@ def run(args: argparse.Namespace) -> dict:
             delay = start_mono + seq / args.rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+        if args.stop_file and os.path.exists(args.stop_file):
+            return None
         return seq if time.monotonic() < stop_at else None
 
     def worker() -> None:
@@ -214,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--rate", type=float, default=0.0, help="at most this many starts per second (0: no limit)")
     p_run.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
     p_run.add_argument("--deadline", type=float, default=60.0, help="no request starts after this many seconds")
+    p_run.add_argument("--stop-file", default="", help="no request starts once this file exists (removed at start)")
     p_run.add_argument("--readiness", action="store_true", help="poll /readiness meanwhile and record its changes")
     p_run.add_argument("--readiness-interval", type=float, default=0.1)
     p_run.add_argument("--workers", action="store_true", help="poll GET /workers meanwhile and record its changes")
