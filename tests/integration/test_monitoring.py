@@ -38,7 +38,9 @@ RATE = "3m"  # $__rate_interval of the live queries: wide enough to still hold t
 # The alert a failed KV transfer raises (roles/sglang_monitoring/templates/sglang-alerts.yml.j2): it has no `for:`,
 # so it fires at the first evaluation (2 s) after a scrape (2 s) that saw a failed-transfer counter rise.
 KV_ALERT = "SGLangKVTransferFailures"
-KV_ALERT_WAIT = 60  # seconds: decode's handoff timeout (2 s) per request, a scrape, an evaluation, with room
+PREFILL_PORT = 30000  # inventories/sandbox/group_vars/prefill.yml
+DECODE_PORT = 30001  # inventories/sandbox/group_vars/decode.yml
+KV_ALERT_WAIT = 60  # seconds: decode's handoff timeout (3 s) per request, a scrape, an evaluation, with room
 
 
 def http_status(method, url, body=None, timeout=30):
@@ -121,9 +123,12 @@ def deployment(tmp_path_factory):
             "sglang_router_port": ROUTER_PORT,
             "sglang_router_prometheus_port": PROM_PORT,
             "sglang_router_health_check_interval": 2,
-            # decode gives up on a KV handoff after 2 s (sglang: its bootstrap / waiting timeouts, 300 s); each
-            # room's KV bytes go through the real NIXL/UCX in host memory (tests/sandbox/pdsim nixl_handoff.py)
-            "sglang_decode_extra_env": {"SGLANG_SIM_HANDOFF_TIMEOUT": "2", "SGLANG_SIM_KV_NIXL": "1"},
+            # decode gives up on a KV handoff after 3 s (sglang: its bootstrap / waiting timeouts, 300 s); each
+            # room's KV bytes go through the real NIXL/UCX in host memory (tests/sandbox/pdsim nixl_handoff.py).
+            # While the simulator made its NIXL agents at the first request, that handoff took 1.6 s on this 2-core
+            # machine beside three busy loops (0.28 s once they are made at load) and the canary's first try failed
+            # on CI three times under the 2 s this test had.
+            "sglang_decode_extra_env": {"SGLANG_SIM_HANDOFF_TIMEOUT": "3", "SGLANG_SIM_KV_NIXL": "1"},
             "sglang_prefill_extra_env": {"SGLANG_SIM_KV_NIXL": "1"},
             # where the controller's Prometheus reaches mon-1 (its listeners bind all addresses; the plan's
             # URLs say loopback, as prefill, decode and router share the host)
@@ -213,6 +218,13 @@ def traffic(deployment):
     def ready():
         return http_status("GET", f"{router}/readiness") == 200
 
+    def prefill_serving():
+        """The restarted prefill answers its own health check, and the router takes requests. The router's
+        /readiness alone can be 200 before it has seen the restart (3 failed checks at 2 s): requests sent then
+        meet a prefill still loading, and decode counts failed bootstraps, never the dropped transfers."""
+        up = http_status("GET", f"http://{deployment['address']}:{PREFILL_PORT}/health", timeout=10) == 200
+        return up and ready()
+
     def one(text):
         return http_status("POST", f"{router}/generate", {"text": text, "sampling_params": {"max_new_tokens": 4}}, 60)
 
@@ -220,7 +232,7 @@ def traffic(deployment):
     try:
         # systemd's manager environment reaches units started after it is set
         on_host("systemctl set-environment SGLANG_SIM_FAIL=handoff:drop && systemctl restart sglang-prefill0")
-        wait_until(ready, 120, "router ready with the dropping prefill")
+        wait_until(prefill_serving, 120, "the dropping prefill healthy and the router ready")
         print(f"prefill dropping KV transfers: {[one(f'drop {i}') for i in range(2)]}")
         # Before the prefill is stopped (its failed bootstraps raise the same alert): only the dropped transfers
         # can raise it here. Decode counts them (sglang:num_transfer_failed_reqs_total{role="decode"}).
@@ -235,14 +247,14 @@ def traffic(deployment):
         )
     finally:
         on_host("systemctl unset-environment SGLANG_SIM_FAIL && systemctl restart sglang-prefill0")
-    wait_until(ready, 120, "router ready again")
+    wait_until(prefill_serving, 120, "the prefill healthy again and the router ready")
     on_host("systemctl stop sglang-prefill0")
     try:
         print(f"prefill stopped: {[one(f'down {i}') for i in range(2)]}")
         time.sleep(4)  # > 3 failed health checks at 2 s
     finally:
         on_host("systemctl start sglang-prefill0")
-    wait_until(ready, 120, "router ready again")
+    wait_until(prefill_serving, 120, "the prefill healthy again and the router ready")
     # the breaker of a healthy worker may still be open: retry until one request passes, then a few more
     wait_until(lambda: one("after") == 200, 60, "a request after recovery")
     for _unused in range(4):
@@ -342,9 +354,6 @@ def test_the_kv_transfer_failure_alert_fires_while_the_prefill_drops_its_transfe
     assert on_decode[0]["annotations"]["summary"] == f"KV transfers failing on decode decode0 ({HOST})", on_decode
     after = alert_rule(deployment["prometheus"], KV_ALERT)
     assert after["state"] == "firing", f"{KV_ALERT} after the faults: {after}"
-
-
-DECODE_PORT = 30001  # inventories/sandbox/group_vars/decode.yml
 
 
 def test_kv_bytes_went_through_real_nixl_under_the_units_hardening(deployment, traffic):

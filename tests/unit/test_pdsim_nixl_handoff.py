@@ -105,10 +105,30 @@ def test_rooms_go_through_real_nixl_between_two_processes():
     assert {d["peer"] for d in result["decode"]} == {"sim-prefill"}
 
 
+def test_prepare_makes_the_agent_and_buffer_of_each_side_before_any_request():
+    """What the simulator does while it loads (app.py _load_weights), as sglang's NixlKVManager makes its agent and
+    registers the KV pool in the scheduler's init: the first request then pays for neither."""
+    script = (
+        "import json, os\n"
+        "from sglang_pd_sim import nixl_handoff as nh\n"
+        "got = {'decode': nh.prepare('nixl', 'decode'), 'prefill': nh.prepare('nixl', 'prefill'),"
+        " 'null': nh.prepare('nixl', 'null')}\n"
+        "dec, pre = nh._side('decode'), nh._side('prefill')\n"
+        "got.update(decode_agent=dec.agent._agent is not None, pool=dec.pool is not None,"
+        " prefill_agent=pre.agent._agent is not None, src=pre.src is not None, rooms=dec.rooms)\n"
+        "print('PREPARED ' + json.dumps(got), flush=True)\n"
+        "os._exit(0)\n"
+    )
+    got, _proc = run_with_nixl(["-c", script], "PREPARED")
+    assert got == {"decode": True, "prefill": True, "null": False, "decode_agent": True, "pool": True,
+                   "prefill_agent": True, "src": True, "rooms": {}}  # fmt: skip
+
+
 def test_glue_is_a_no_op_when_off():
     assert nh.decode_offer("mooncake", 1, 100, 35136) is None
     assert nh.prefill_write("mooncake", [1]) is None
     assert nh.decode_verify("mooncake", 1) is None
+    assert nh.prepare("mooncake", "decode") is False
     nh.release("mooncake", 1)
     assert nh.status("mooncake") == (False, "transfer backend is 'mooncake', not nixl")
 

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 
-from sglang_pd_sim import SGLANG_VERSION, __version__, answers
+from sglang_pd_sim import SGLANG_VERSION, __version__, answers, nixl_handoff
 from sglang_pd_sim.bootstrap import BootstrapHandler
 from sglang_pd_sim.cli import load_knobs, parse_args
 from sglang_pd_sim.httpbase import SimHTTPServer
@@ -51,6 +51,14 @@ def _load_weights(state: SimState) -> bool:
         log.info("Loading weights (simulated, %.1fs) ...", delay)
         if state.stop.wait(delay):
             return False
+    try:
+        if nixl_handoff.prepare(state.args.disaggregation_transfer_backend, state.role):
+            log.info("NIXL agent and KV buffer registered (UCX)")
+    except nixl_handoff.NixlHandoffError as exc:
+        log.error("%s", exc)
+        state.life.log_exit(state, "startup-exit")
+        logging.shutdown()
+        os._exit(1)
     if state.knobs.startup_exit:
         log.error("SGLANG_SIM_FAIL startup:exit: simulated failure while loading weights (exit 1)")
         state.life.log_exit(state, "startup-exit")

@@ -25,8 +25,9 @@ The glue (what the simulator's handoff calls; each a no-op answering None where 
   DecodeKV(name)               decode: one registered pool of slots; offer(room, nbytes) -> dict (JSON-safe)
                                or None (no free slot), wait(room, timeout) -> dict, release(room)
   PrefillKV(name)              prefill: write(room, offer) -> {bytes, seconds, gbps}
-One agent per process (UCX backend, created at first use); calls into it are serialized by a lock, as the
-simulator serves requests from threads.
+  prepare(backend, role)       at load time: the side's agent and buffer (as sglang makes them before it serves)
+One agent per process (UCX backend); calls into it are serialized by a lock, as the simulator serves requests
+from threads.
 
 `python -m sglang_pd_sim.nixl_handoff --selftest [--mib N]` runs a decode and a prefill in two processes on
 this host and prints one line `NIXL_HANDOFF_SELFTEST {json}`; `--role decode|prefill --dir DIR` runs one side
@@ -164,8 +165,7 @@ class DecodeKV:
         nbytes = min(int(nbytes), self.slot_bytes)
         with self.agent.lock:
             agent = self.agent.get()
-            if self.pool is None:
-                self.pool = _Buffer(agent, self.slot_bytes * self.slots, self.slot_bytes)
+            self.prepare()
             self.release(room)
             if not self.pool.free_slots:
                 return None
@@ -179,6 +179,13 @@ class DecodeKV:
                 "meta": _b64(agent.get_agent_metadata()),
                 "descs": _b64(agent.get_serialized_descs(self.pool.descs(agent, slot, nbytes))),
             }
+
+    def prepare(self):
+        """The agent and the registered pool, made once (at load time: prepare() below)."""
+        with self.agent.lock:
+            agent = self.agent.get()
+            if self.pool is None:
+                self.pool = _Buffer(agent, self.slot_bytes * self.slots, self.slot_bytes)
 
     def _notified(self, room):
         want = notif(room)
@@ -235,6 +242,13 @@ class PrefillKV:
         self.src = None
         self.peers = {}
 
+    def prepare(self):
+        """The agent and the registered source buffer, made once (at load time: prepare() below)."""
+        with self.agent.lock:
+            agent = self.agent.get()
+            if self.src is None:
+                self.src = _Buffer(agent, self.slot_bytes)
+
     def _remote(self, agent, offer):
         """The decode's agent: loaded once, and again when it comes back with new metadata (a restart)."""
         name, meta = offer["agent"], offer["meta"]
@@ -252,9 +266,8 @@ class PrefillKV:
         if nbytes > self.slot_bytes:
             raise NixlHandoffError(f"bootstrap_room={room}: offer of {nbytes} bytes > {self.slot_bytes} ({MAX_MIB})")
         with self.agent.lock:
+            self.prepare()
             agent = self.agent.get()
-            if self.src is None:
-                self.src = _Buffer(agent, self.slot_bytes)
             remote = self._remote(agent, offer)
             remote_descs = agent.deserialize_descs(_unb64(offer["descs"]))
             self.src.write(0, pattern(room, nbytes))
@@ -276,7 +289,8 @@ class PrefillKV:
 
 
 # ------------------------------------------------------------------------------------------------
-# The glue the simulator's handoff calls (one DecodeKV or PrefillKV per process, created at first use).
+# The glue the simulator's handoff calls (one DecodeKV or PrefillKV per process, made by
+# prepare() at load time, or at first use).
 # Every function is a no-op answering None where available() says no, so call sites need no other check.
 
 _GLUE_LOCK = threading.Lock()
@@ -305,6 +319,23 @@ def _side(kind):
             name = f"sim-{kind}-{os.getpid()}"
             _SIDES[kind] = DecodeKV(name) if kind == "decode" else PrefillKV(name)
         return _SIDES[kind]
+
+
+def prepare(backend, role):
+    """At load time, as sglang makes its NIXL agent and registers the KV pool in the scheduler's init
+    (sglang/srt/disaggregation/nixl/conn.py NixlKVManager.__init__ and register_buffer_to_engine), before the
+    server answers: the side's agent and buffer, so the first request does not pay for them (about 1 s a side
+    on a busy 2-core machine, more than a short handoff timeout). True when NIXL is on; raises when the agent
+    or the buffer cannot be made (sglang does not start then)."""
+    if not enabled(backend) or role not in ("prefill", "decode"):
+        return False
+    try:
+        _side(role).prepare()
+    except NixlHandoffError:
+        raise
+    except Exception as exc:
+        raise NixlHandoffError(f"NIXL agent for the {role}: {type(exc).__name__}: {exc}") from exc
+    return True
 
 
 def decode_offer(backend, room, input_tokens, per_token):
