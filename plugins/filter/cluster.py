@@ -2,7 +2,7 @@
 # Apache License 2.0 (see galaxy.yml)
 """Filters of a deployment over several hosts. Logic: plugins/module_utils/cluster_rules.py, rolling.py."""
 
-from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, rolling
+from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, rolling, rules, units
 
 
 def worker_api_key_problems(worker_key, router_key):
@@ -31,14 +31,19 @@ def role_totals(worker_specs):
     return rolling.role_totals(list(worker_specs))
 
 
-def health_url_of_unit(text, role):
-    """{url, expected_workers} that a rendered unit file serves (see rolling.health_url_of_unit)."""
-    return rolling.health_url_of_unit(text, role)
-
-
-def with_previous(units, previous_files, previous_env_files, host):
+def with_previous(specs, previous_files, previous_env_files, host, previous_records=None):
     """The units to roll back with their host and previous files (see rolling.with_previous)."""
-    return rolling.with_previous(list(units), previous_files, previous_env_files, host)
+    return rolling.with_previous(list(specs), previous_files, previous_env_files, host, previous_records)
+
+
+def unit_record(spec, unit_dir):
+    """The record of a deployed unit (see units.record)."""
+    return units.record(spec, unit_dir)
+
+
+def retire_problems(retired, totals, retire_roles):
+    """Messages when the run would retire every instance of a role (see rules.retire_problems)."""
+    return rules.retire_problems(list(retired), totals, retire_roles)
 
 
 def rolling_left(batches, done):
@@ -62,5 +67,6 @@ class FilterModule:
             "rolling_left": rolling_left,
             "with_previous": with_previous,
             "env_file_value": env_file_value,
-            "health_url_of_unit": health_url_of_unit,
+            "unit_record": unit_record,
+            "retire_problems": retire_problems,
         }

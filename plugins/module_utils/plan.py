@@ -11,12 +11,13 @@ Planned once per run, in the preflight play (roles/sglang/tasks/plan.yml), befor
 
 Apply (units.yml, wait.yml, the rolling step, the router's smoke request) reads these specs. What it decides
 itself is what only the hosts can tell: which unit files changed (the restart rule, rolling.restart_decision),
-and, for a rollback, the health URL of the restored previous unit file (rolling.health_url_of_unit).
+and what each host's records say was deployed before (units.record: the instances to retire, the router's
+restart key, and, for a rollback, the health URL of the previous configuration).
 """
 
 import json
 
-from ansible_collections.disagg.sglang.plugins.module_utils import kv_rules, profile_rules, rules, units
+from ansible_collections.disagg.sglang.plugins.module_utils import kv_rules, profile_rules, rolling, rules, units
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.module_utils.pd_placement import PlacementError, place
 
@@ -95,9 +96,10 @@ def host_plan(inputs):
       conflicting_units: sglang_conflicting_units,
       host_paths: {variable: {path, exists, isdir}}, what the preflight's stat found on the host,
       listeners:  {port: owner} of the TCP listeners on the host (owner: systemd unit or process name),
+      deployed:   {unit: record} of the units the collection deployed on the host (the preflight's reading),
     }
-    Returns {units: [spec], placement: [slot], problems: [message], warnings: [message]}; units is empty when
-    problems is not.
+    Returns {units: [spec], placement: [slot], problems: [message], warnings: [message], retired: [record]};
+    units is empty when problems is not. retired: the deployed workers of the host's roles the plan no longer has.
     """
     host = inputs["host"]
     problems = settings_problems(inputs)
@@ -106,10 +108,12 @@ def host_plan(inputs):
     roles = inputs.get("roles") or {}
     if roles:
         problems += profile_rules.profile_problems(profile, profile_name)
+    deployed = {k: v for k, v in (inputs.get("deployed") or {}).items() if isinstance(v, dict)}
+    empty = []
     all_instances = []
     for role, role_inputs in roles.items():
         instances = role_inputs.get("instances")
-        problems += rules.empty_role_problems(host, role, instances)
+        empty += rules.empty_role_warnings(host, role, instances)
         problems += rules.instance_problems(instances, role, inputs["settings"].get("unit_prefix") or "sglang-")
         problems += rules.flags_shape_problems(role_inputs.get("extra_flags"), f"sglang_{role}_extra_flags")
         problems += rules.derived_flag_problems(role_inputs.get("extra_flags"), f"sglang_{role}_extra_flags")
@@ -134,7 +138,8 @@ def host_plan(inputs):
             for part, flags in (profile.get("flags") or {}).items() if isinstance(profile.get("flags"), dict) else []:
                 problems += rules.derived_flag_problems(flags, f"the profile {profile_name}: flags.{part}")
     if problems or not roles:
-        return {"units": [], "placement": [], "problems": problems, "warnings": []}
+        retired = [] if problems else rolling.retired(deployed, [], ("prefill", "decode"))
+        return {"units": [], "placement": [], "problems": problems, "warnings": empty, "retired": retired}
 
     try:
         placement = place(inputs["topology"], all_instances, strict=bool(inputs.get("strict")))
@@ -150,6 +155,7 @@ def host_plan(inputs):
                 f"The host has {n_gpus} GPUs"
             ],
             "warnings": [],
+            "retired": [],
         }
 
     specs = []
@@ -166,6 +172,7 @@ def host_plan(inputs):
         problems += [m for m in kv_rules.transport_env_problems(spec["flags"], spec["env"], spec["role"])
                      if m not in problems]  # fmt: skip
     warnings, p2p = kv_p2p_findings(inputs, specs)
+    warnings = empty + warnings
     problems += p2p
     managed = _managed(inputs, specs)
     problems += rules.conflicting_units_problems(inputs.get("conflicting_units"), managed)
@@ -185,9 +192,12 @@ def host_plan(inputs):
             if s["flags"].get("dist-init-addr")
         },
         inputs.get("listeners"),
-        _allowed_owners(inputs, managed),
+        # a retired unit holds its ports until the run stops it, before any new unit starts
+        _allowed_owners(inputs, managed | set(deployed)),
     )
-    return {"units": [] if problems else specs, "placement": placement, "problems": problems, "warnings": warnings}
+    retired = rolling.retired(deployed, [s["unit"] for s in specs], ("prefill", "decode"))
+    return {"units": [] if problems else specs, "placement": placement, "problems": problems, "warnings": warnings,
+            "retired": [] if problems else retired}  # fmt: skip
 
 
 def kv_p2p_findings(inputs, specs):

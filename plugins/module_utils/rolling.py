@@ -39,17 +39,45 @@ def restart_decision(units, changed, new, inputs):
     units: the host's planned specs ({unit, role}); changed: names of the units whose unit or environment file
     changed in this run; new: names of those that had no unit file before it; inputs: {totals: role_totals of the
     deployment, router_serving, batch: sglang_rolling_batch}.
-    Returns {now: [name], deferred: [name]}, each in the order of `changed`.
+    inputs may also hold records ({unit: record} of the host, as the preflight read them) and env_changed (names
+    whose environment file changed).
+    Returns {now: [name], deferred: [name], synced: [name]}, each in the order of `changed`. synced: a router whose
+    worker list alone changed (its record's restart_key is the spec's, its secrets did not change): its unit
+    file is written for its next start and the running router takes the list through its worker API.
     """
-    roles = {u["unit"]: u.get("role") for u in units}
+    specs = {u["unit"]: u for u in units}
     totals, serving, batch = inputs.get("totals") or {}, inputs.get("router_serving"), inputs.get("batch")
+    records, env_changed = inputs.get("records") or {}, set(inputs.get("env_changed") or [])
     changed = list(dict.fromkeys(changed))
     deferred = [
         name
         for name in changed
-        if name in roles and defer({"role": roles[name], "existed": name not in new}, totals, serving, batch)
+        if name in specs
+        and defer({"role": specs[name].get("role"), "existed": name not in new}, totals, serving, batch)
     ]
-    return {"now": [n for n in changed if n not in deferred], "deferred": deferred}
+    synced = [
+        name
+        for name in changed
+        if name in specs
+        and name not in new
+        and name not in env_changed
+        and specs[name].get("role") == "router"
+        and specs[name].get("restart_key")
+        and (records.get(name) or {}).get("restart_key") == specs[name]["restart_key"]
+    ]
+    return {"now": [n for n in changed if n not in deferred and n not in synced], "deferred": deferred,
+            "synced": synced}  # fmt: skip
+
+
+def retired(records, planned, roles):
+    """The records of the worker units of ROLES that the plan no longer has (removed or renamed in the inventory),
+    in unit order. records: {unit: record} of one host; planned: the host's planned unit names."""
+    planned = set(planned)
+    return [
+        records[name]
+        for name in sorted(records)
+        if isinstance(records[name], dict) and records[name].get("role") in roles and name not in planned
+    ]
 
 
 def role_totals(worker_specs):
@@ -77,15 +105,16 @@ def rolling_plan(changed, inputs):
     return batches
 
 
-def with_previous(units, previous_files, previous_env_files, host):
-    """The units to roll back on HOST as restore.yml takes them: each spec with its host and the previous unit and
-    environment files this run kept ('' where it kept none)."""
+def with_previous(units, previous_files, previous_env_files, host, previous_records=None):
+    """The units to roll back on HOST as restore.yml takes them: each spec with its host and the previous unit,
+    environment and record files this run kept ('' where it kept none)."""
     return [
         {
             **u,
             "host": host,
             "previous": (previous_files or {}).get(u["unit"]) or "",
             "previous_env": (previous_env_files or {}).get(u["unit"]) or "",
+            "previous_record": (previous_records or {}).get(u["unit"]) or "",
         }
         for u in units
     ]
@@ -108,33 +137,3 @@ def env_file_value(text):
     if len(text) >= 2 and text[0] == text[-1] == '"':
         text = text[1:-1]
     return re.sub(r"\\(.)", r"\1", text)
-
-
-_FLAG = re.compile(r"(?:^|\s)--(host|port)\s+(\"[^\"]*\"|\S+)")
-_WORKERS = re.compile(r"(?:^|\s)--(?:prefill|decode)\s")
-
-
-def health_url_of_unit(text, role):
-    """The health URL a rendered unit file of ROLE serves, read from its ExecStart lines.
-
-    The rollback waits for the restored (previous) configuration at its own URL, which may differ from the
-    planned one when the change moved a port. Returns {url, expected_workers} (expected_workers only for the
-    router), or None when the file has no --port.
-    """
-    exec_lines, inside = [], False
-    for line in (text or "").splitlines():
-        if line.startswith("ExecStart="):
-            inside = True
-        if inside:
-            exec_lines.append(line)
-            if not line.rstrip().endswith("\\"):
-                inside = False
-    flags = dict((m.group(1), m.group(2).strip('"')) for m in _FLAG.finditer(" ".join(exec_lines)))
-    if "port" not in flags:
-        return None
-    host = flags.get("host") or "127.0.0.1"
-    host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    if role == "router":
-        workers = len(_WORKERS.findall(" ".join(exec_lines)))
-        return {"url": f"http://{host}:{flags['port']}/readiness", "expected_workers": workers}
-    return {"url": f"http://{host}:{flags['port']}/health"}

@@ -364,14 +364,33 @@ def conflicting_units_problems(units, managed):
     return problems
 
 
-def empty_role_problems(host, role, instances):
+def empty_role_warnings(host, role, instances):
+    """A host in a role's group with an empty instance list runs no instance of the role: a scale-in (what ran there
+    is retired), or a forgotten host_vars file. Said, not refused: a deployment left with no instance of a role is
+    refused by the router's rules, and retiring the last one by retire_problems."""
     if isinstance(instances, list) and not instances:
-        bootstrap = ", bootstrap_port" if role == "prefill" else ""
         return [
-            f"{host} is in group {role} but sglang_{role}_instances is empty: give it at least one instance "
-            f"(name, tp, port, dist_init_port{bootstrap}) or take the host out of the group"
+            f"{host} is in group {role} with an empty sglang_{role}_instances: no {role} instance runs there (one "
+            f"deployed before is retired). Give it an instance, or take the host out of the group once it is empty"
         ]
     return []
+
+
+def retire_problems(retired, totals, retire_roles):
+    """Refuses a run that would retire every instance of a role (the deployment would stop serving) unless
+    sglang_retire_roles names the role. retired: the records to retire, of every host; totals: planned instances per
+    role of the deployment."""
+    problems = []
+    for role in ("prefill", "decode"):
+        going = [r for r in retired if r.get("role") == role]
+        if going and not totals.get(role) and role not in (retire_roles or []):
+            names = ", ".join(f"{r.get('unit')}@{r.get('host')}" for r in going)
+            problems.append(
+                f"the inventory plans no {role} instance, and the run would retire every deployed one ({names}): "
+                f"the deployment would stop serving. Give sglang_{role}_instances an instance again, or set "
+                f"sglang_retire_roles: [{role}] to remove them all on purpose"
+            )
+    return problems
 
 
 def host_port_problems(host, instances):

@@ -7,6 +7,9 @@ the command line, the environment, the service account and the hardening (harden
 unit: a GPU worker or a plain service) all come from the spec. Worker and router units use the same spec shape.
 """
 
+import hashlib
+import json
+
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology import format_cpulist
 
@@ -305,5 +308,35 @@ def router_unit(prefills, decodes, settings):
         "metrics_url": f"http://{_local(flags.get('prometheus-host'))}:{flags.get('prometheus-port')}/metrics",
         "expected_workers": len(prefills) + len(decodes),
         "workers": [w["unit"] for w in [*prefills, *decodes] if "unit" in w],
+        "worker_urls": [w["url"] for w in [*prefills, *decodes]],
     }
-    return _finish(spec, "service", settings)
+    spec = _finish(spec, "service", settings)
+    spec["restart_key"] = restart_key(spec)
+    return spec
+
+
+# What a running router can take through its worker API without a restart: its worker list (the --prefill and
+# --decode lines) and what is derived from it. Everything else of its unit needs a restart.
+ROUTER_LIST_KEYS = ("description", "expected_workers", "workers", "worker_urls", "restart_key")
+ROUTER_LIST_FLAGS = ("--prefill", "--decode")
+
+
+def restart_key(spec):
+    """A digest of everything in a router spec but its worker list: two specs with the same key differ only in
+    workers, which the running router takes through its worker API (roles/sglang_router/tasks/main.yml)."""
+    kept = {k: v for k, v in spec.items() if k not in ROUTER_LIST_KEYS}
+    kept["lines"] = [line for line in spec.get("lines") or [] if not line or line[0] not in ROUTER_LIST_FLAGS]
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# The record of a deployed unit (roles/sglang/tasks/units.yml writes it beside the unit, with a backup as the unit
+# file has; the preflight reads every record of a host): what the next run, the removal of an instance, the bench
+# and monitoring roles need to know of it, as data.
+RECORD_KEYS = ("unit", "name", "role", "host", "url", "health_url", "metrics_url", "python", "module", "port",
+               "bootstrap_port", "gpus", "environment_file", "expected_workers", "restart_key",
+               "worker_urls")  # fmt: skip
+
+
+def record(spec, unit_dir):
+    """The record of SPEC as deployed: its RECORD_KEYS and where its unit file lies."""
+    return {**{k: spec[k] for k in RECORD_KEYS if k in spec}, "unit_file": f"{unit_dir}/{spec['unit']}.service"}

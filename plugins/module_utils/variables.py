@@ -77,6 +77,8 @@ VARIABLES = {
     "sglang_gpu_device_policy": _v(S, "choice", choices=["closed", "auto", "strict"]),
     "sglang_gpu_device_allow": _v(S, "list_of_str"),
     "sglang_env_dir": _v(S, "path"),
+    "sglang_record_dir": _v(S, "path"),
+    "sglang_retire_roles": _v(S, "list_of_str"),
     "sglang_hf_token": _v(S, "secret"),
     "sglang_prefill_instances": _v(S, "list"),
     "sglang_decode_instances": _v(S, "list"),

@@ -15,7 +15,8 @@ import time
 
 import faults
 import pytest
-from multihost import TEST_VARS, sandbox_up_command, write_inventory
+import yaml
+from multihost import DECODE_INSTANCES, TEST_VARS, sandbox_up_command, write_inventory
 from sandbox_hosts import REPO, VENV_BIN, debug_messages, down, run, ssh_config
 
 SANDBOX = os.environ.get("DISAGG_MULTIHOST_SANDBOX", "clm")  # hosts clm-1..4
@@ -402,6 +403,72 @@ def test_kill_9_of_one_of_two_under_load(cluster, role, capsys):
     # its handoff and 16 tokens).
     assert cost["sent"] >= 400 and result["t0"] + result["elapsed"] > back, (cost, back)
     assert faults.over_budget(cost, role, True) == [], faults.over_budget(cost, role, True)
+
+
+# Issue 20: day-2 changes of the instance set, one after the other on the same deployment, each under the rolling
+# load (16 requests in flight through the router): scale-in (decode1's host gets an empty instance list), scale-out
+# (decode1 back), rename (prefill1 -> prefill2 on the same GPUs and ports). Each must lose no request and leave the
+# router running (its start time unchanged: the worker list goes through its API); the test asks each host what runs
+# afterwards (units, their records, the router's /workers) and a rerun after each step changes nothing.
+def _decode_host_vars(cluster, instances):
+    host = cluster["layout"]["decode"][1]["name"]
+    (cluster["inventory"] / "host_vars" / f"{host}.yml").write_text(
+        yaml.safe_dump({"sglang_decode_instances": instances})
+    )
+
+
+def _deployed(host):
+    """{unit: active state} of the collection's units on HOST, and the units its records name."""
+    listed = on(host, "systemctl list-unit-files --plain --no-legend 'sglang-*' | awk '{print $1}'").split()
+    states = {u.removesuffix(".service"): on(host, f"systemctl is-active {u} || true").strip() for u in listed}
+    records = on(host, "ls /var/lib/disagg-sglang/deployed 2>/dev/null || true").split()
+    return states, sorted(r.removesuffix(".json") for r in records if r.endswith(".json"))
+
+
+def test_scale_in_scale_out_and_rename_under_load(cluster, capsys):
+    decode1_host = cluster["layout"]["decode"][1]["name"]
+    prefill_host = cluster["layout"]["prefill"][0]["name"]
+    router_started = started_at(router(cluster), "sglang-router")
+    renamed = [
+        {"name": "prefill0", "tp": 4, "port": 30000, "bootstrap_port": 8998, "dist_init_port": 30335},
+        {"name": "prefill2", "tp": 4, "port": 30010, "bootstrap_port": 9008, "dist_init_port": 30345},
+    ]
+    # (name, the inventory change, extra vars, the unit the run must retire or None)
+    steps = [
+        ("scale-in: decode1 removed", lambda: _decode_host_vars(cluster, []), {}, f"sglang-decode1@{decode1_host}"),
+        ("scale-out: decode1 back", lambda: _decode_host_vars(cluster, [DECODE_INSTANCES[4]]), {}, None),
+        ("rename: prefill1 -> prefill2", lambda: None, {"sglang_prefill_instances": renamed},
+         f"sglang-prefill1@{prefill_host}"),
+    ]  # fmt: skip
+    expect = [
+        ({decode1_host: {}, prefill_host: {"sglang-prefill0": "active", "sglang-prefill1": "active"}}, 3),
+        ({decode1_host: {"sglang-decode1": "active"}}, 4),
+        ({prefill_host: {"sglang-prefill0": "active", "sglang-prefill2": "active"}}, 4),
+    ]
+    table = []
+    for (name, change, extra, retired), (hosts, n_workers) in zip(steps, expect, strict=True):
+        change()
+        output, result = converge_under_load(cluster, extra, ROLLING_LOAD)
+        said = re.findall(r"retire (sglang-\S+@\S+) \(", output)
+        assert sorted(set(said)) == ([retired] if retired else []), (name, said)
+        # scale-in and -out change the router's list (handed to it through its API); the rename keeps prefill1's URL,
+        # so the router's unit is unchanged and its end-of-run check puts the URL (now prefill2) back in
+        assert ("only its worker list changed" in output) is (not name.startswith("rename")), name
+        workers = get_json(router(cluster), "http://127.0.0.1:8000/workers")["workers"]
+        rerun = recap(playbook(cluster, cluster["vars"]).stdout)
+        table.append(f"  {name:<30} sent {result['total']:>5}  failed {result['total'] - result['ok']:>3}  "
+                     f"router lists {len(workers)} ({sum(w['is_healthy'] for w in workers)} healthy)  "
+                     f"rerun changed {sum(c['changed'] for c in rerun.values())}")  # fmt: skip
+        report(capsys, "day 2: " + table[-1].strip())
+        assert result["errors"] == {} and result["ok"] == result["total"] >= 300, (name, result["errors"])
+        assert started_at(router(cluster), "sglang-router") == router_started, f"{name}: the router restarted"
+        assert len(workers) == n_workers and all(w["is_healthy"] for w in workers), (name, workers)
+        for host, units in hosts.items():
+            states, records = _deployed(host)
+            assert states == units, (name, host, states)
+            assert records == sorted(units), (name, host, records)
+        assert all(c["changed"] == 0 and c["failed"] == 0 for c in rerun.values()), (name, rerun)
+    report(capsys, "day 2 steps:\n" + "\n".join(table))
 
 
 def playbook(cluster, extra_vars, *args, check=True):

@@ -4,7 +4,7 @@ import errno
 import socket
 
 import pytest
-from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, rolling, units
+from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, rolling, rules, units
 from test_units import DECODE, PLACEMENT, PROFILE, SETTINGS
 
 
@@ -121,7 +121,47 @@ HOST_UNITS = [{"unit": "p0", "role": "prefill"}, {"unit": "d0", "role": "decode"
 def test_restart_decision(changed, new, rule, now, deferred):
     """rule: (role totals of the deployment, the router serves, sglang_rolling_batch)."""
     inputs = dict(zip(("totals", "router_serving", "batch"), rule, strict=True))
-    assert rolling.restart_decision(HOST_UNITS, changed, new, inputs) == {"now": now, "deferred": deferred}
+    assert rolling.restart_decision(HOST_UNITS, changed, new, inputs) == {"now": now, "deferred": deferred,
+                                                                          "synced": []}  # fmt: skip
+
+
+ROUTER = {"unit": "r", "role": "router", "restart_key": "k1"}
+
+
+# name: (the router's record, changed, new, env_changed) -> restarts now (else: synced through its worker API)
+ROUTER_CASES = {
+    "only its worker list changed: synced": ({"r": {"restart_key": "k1"}}, ["r"], [], [], False),
+    "another flag changed: restarts": ({"r": {"restart_key": "k0"}}, ["r"], [], [], True),
+    "its secrets changed too: restarts": ({"r": {"restart_key": "k1"}}, ["r", "r"], [], ["r"], True),
+    "a new router: starts": ({}, ["r"], ["r"], [], True),
+    "no record (deployed before records): restarts": ({}, ["r"], [], [], True),
+    "an unreadable record: restarts": ({"r": "not json"}, ["r"], [], [], True),
+}
+
+
+@pytest.mark.parametrize("case", ROUTER_CASES, ids=list(ROUTER_CASES))
+def test_a_router_whose_worker_list_alone_changed_is_not_restarted(case):
+    records, changed, new, env_changed, restarts = ROUTER_CASES[case]
+    records = {k: v for k, v in records.items() if isinstance(v, dict)}
+    inputs = {"totals": {"prefill": 2, "decode": 2}, "router_serving": True, "batch": 1, "records": records,
+              "env_changed": env_changed}  # fmt: skip
+    decision = rolling.restart_decision([ROUTER], changed, new, inputs)
+    assert decision == ({"now": ["r"], "deferred": [], "synced": []} if restarts
+                        else {"now": [], "deferred": [], "synced": ["r"]})  # fmt: skip
+
+
+def test_retired_are_the_recorded_workers_of_the_roles_that_the_plan_no_longer_has():
+    records = {
+        "sglang-decode1": {"unit": "sglang-decode1", "role": "decode"},
+        "sglang-decode0": {"unit": "sglang-decode0", "role": "decode"},
+        "sglang-prefill1": {"unit": "sglang-prefill1", "role": "prefill"},
+        "sglang-router": {"unit": "sglang-router", "role": "router"},
+    }
+    assert [r["unit"] for r in rolling.retired(records, ["sglang-decode0"], ["prefill", "decode"])] == [
+        "sglang-decode1", "sglang-prefill1"]  # fmt: skip
+    # --tags decode: only the decode role is applied, so only its units may go; the router is never a worker
+    assert [r["unit"] for r in rolling.retired(records, [], ["decode"])] == ["sglang-decode0", "sglang-decode1"]
+    assert rolling.retired(records, list(records), ["prefill", "decode"]) == []
 
 
 @pytest.mark.parametrize(
@@ -158,39 +198,6 @@ def test_rolling_left_puts_back_a_changed_unit_or_environment_file(previous, pre
     assert bool(rolling.rolling_left([[unit]], [])) is left
 
 
-ROUTER_UNIT = """[Service]
-ExecStart=/opt/sglang/venv/bin/python -m sglang_router.launch_router \\
-    --pd-disaggregation \\
-    --prefill http://10.0.0.1:30000 8998 \\
-    --decode http://10.0.0.2:30001 \\
-    --decode http://10.0.0.3:30011 \\
-    --host 0.0.0.0 \\
-    --port 8000
-Restart=on-failure
-"""
-WORKER_UNIT = """[Service]
-Environment=HOME=/var/lib/sglang
-ExecStart=/usr/bin/numactl --cpunodebind=0 /v/bin/python -m sglang.launch_server \\
-    --model-path /m \\
-    --host 10.0.0.2 \\
-    --port 30001
-"""
-
-
-@pytest.mark.parametrize(
-    ("text", "role", "expect"),
-    [
-        (ROUTER_UNIT, "router", {"url": "http://127.0.0.1:8000/readiness", "expected_workers": 3}),
-        (WORKER_UNIT, "decode", {"url": "http://10.0.0.2:30001/health"}),
-        (WORKER_UNIT.replace("10.0.0.2", "127.0.0.1").replace("30001", "30002"), "decode",
-         {"url": "http://127.0.0.1:30002/health"}),
-        ("[Service]\nExecStart=/bin/true\n", "decode", None),
-    ],
-)  # fmt: skip
-def test_health_url_of_unit(text, role, expect):
-    assert rolling.health_url_of_unit(text, role) == expect
-
-
 def test_worker_api_key_reaches_the_worker_through_its_environment_file_only():
     plain = units.worker_units([DECODE], PLACEMENT, PROFILE, "decode", SETTINGS)[0]
     keyed = units.worker_units([DECODE], PLACEMENT, PROFILE, "decode", dict(SETTINGS, worker_api_key_set=True))[0]
@@ -208,3 +215,32 @@ def test_worker_api_key_reaches_the_worker_through_its_environment_file_only():
 )
 def test_env_file_value_undoes_the_env_template_quoting(line, value):
     assert rolling.env_file_value(line) == value
+
+
+D1 = {"unit": "sglang-decode1", "role": "decode", "host": "h4"}
+D0 = {"unit": "sglang-decode0", "role": "decode", "host": "h3"}
+
+
+# name: (records to retire, planned totals, sglang_retire_roles) -> the problem named (None: the run may go on)
+RETIRE = {
+    "one of two decodes goes": ([D1], {"prefill": 2, "decode": 1}, [], None),
+    "every decode goes": ([D0, D1], {"prefill": 2}, [], "would retire every deployed one (sglang-decode0@h3, "),
+    "every decode goes, on purpose": ([D0, D1], {"prefill": 2}, ["decode"], None),
+    "a rename (one goes, one comes)": ([D1], {"prefill": 2, "decode": 2}, [], None),
+    "nothing goes": ([], {}, [], None),
+}
+
+
+@pytest.mark.parametrize("case", RETIRE, ids=list(RETIRE))
+def test_retiring_every_instance_of_a_role_needs_sglang_retire_roles(case):
+    retired, totals, allowed, want = RETIRE[case]
+    problems = rules.retire_problems(retired, totals, allowed)
+    assert (problems == []) if want is None else (len(problems) == 1 and want in problems[0]), problems
+    if want:
+        assert "sglang_retire_roles: [decode]" in problems[0]
+
+
+def test_an_empty_instance_list_is_said_not_refused():
+    assert rules.empty_role_warnings("h4", "decode", [{"name": "decode1"}]) == []
+    (warning,) = rules.empty_role_warnings("h4", "decode", [])
+    assert "h4 is in group decode with an empty sglang_decode_instances" in warning and "retired" in warning

@@ -352,3 +352,36 @@ def test_every_router_flag_the_collection_sets_has_one_variable_and_is_refused_a
         assert f"sets --{flag}, which the collection owns: use {variable} instead" in message
     with pytest.raises(sf.FlagError, match="no value for sglang_router_port"):
         sf.router_flags({k: v for k, v in values.items() if k != "sglang_router_port"})
+
+
+def _router(prefills, decodes, flags=None):
+    return units.router_unit(
+        prefills, decodes, {"venv": "/v", "flags": {"host": "0.0.0.0", "port": 8000, **(flags or {})}}
+    )
+
+
+def test_the_router_restart_key_ignores_its_worker_list_and_nothing_else():
+    placement = [*PLACEMENT, {"name": "p1", "gpus": [8], "numa_node": 1, "cpus": [1], "warnings": []}]
+    second = dict(PREFILL, name="p1", tp=1, port=30010, bootstrap_port=9008)
+    prefills = units.worker_units([PREFILL, second], placement, PROFILE, "prefill", SETTINGS)
+    decodes = units.worker_units([DECODE], PLACEMENT, PROFILE, "decode", SETTINGS)
+    both, one = _router(prefills, decodes), _router(prefills[:1], decodes)
+    assert both["lines"] != one["lines"] and both["description"] != one["description"]
+    assert both["restart_key"] == one["restart_key"]  # scale-in or out: the running router takes it by its API
+    assert _router(prefills, decodes, {"policy": "random"})["restart_key"] != both["restart_key"]
+    assert _router(prefills, decodes, {"port": 8001})["restart_key"] != both["restart_key"]
+    assert (
+        units.restart_key(dict(both, environment={**both["environment"], "RUST_LOG": "debug"})) != both["restart_key"]
+    )
+
+
+def test_a_record_holds_what_the_next_run_needs_of_a_unit_and_no_secret():
+    spec = units.worker_units([DECODE], PLACEMENT, PROFILE, "decode", dict(SETTINGS, worker_api_key_set=True))[0]
+    record = units.record(spec, "/etc/systemd/system")
+    assert record["unit_file"] == f"/etc/systemd/system/{spec['unit']}.service"
+    for key in ("unit", "role", "url", "health_url", "metrics_url", "python", "environment_file", "gpus"):
+        assert record[key] == spec[key], key
+    assert "flags" not in record and "lines" not in record and "secret_env" not in record
+    router = units.record(_router(units.worker_units([PREFILL], PLACEMENT, PROFILE, "prefill", SETTINGS), [spec]), "/u")
+    assert router["restart_key"] and router["worker_urls"] == [router["worker_urls"][0], spec["url"]]
+    assert router["expected_workers"] == 2

@@ -1,0 +1,316 @@
+"""router_api: what a worker-list change adds and takes out, when the listing shows it, and the wait against a
+router that applies each change in the background (as sglang-router 0.3.2 does).
+
+The decisions are table tests. The wait runs for real against a fake router object whose listing changes only
+after a number of readings, with a clock that advances only when the loop sleeps; SglangRouter's HTTP calls run
+against a real HTTP server on loopback that answers as the router does (202, then the change a moment later).
+"""
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import pytest
+from ansible.module_utils import testing
+from ansible_collections.disagg.sglang.plugins.module_utils import router_api as ra
+from ansible_collections.disagg.sglang.plugins.modules import router_workers as module
+
+P0 = {"url": "http://10.0.0.2:30000", "worker_type": "prefill", "bootstrap_port": 8998}
+P1 = {"url": "http://10.0.0.2:30010", "worker_type": "prefill", "bootstrap_port": 9008}
+D0 = {"url": "http://10.0.0.3:30001", "worker_type": "decode"}
+D1 = {"url": "http://10.0.0.4:30011", "worker_type": "decode"}
+RK = "router-key-7f3a"  # long enough that no_log masking of it does not touch the messages
+
+
+def listing(*workers, unhealthy=()):
+    return [{"id": f"id-{w['url'][-5:]}", "url": w["url"], "worker_type": w["worker_type"],
+             "healthy": w["url"] not in {u["url"] for u in unhealthy}} for w in workers]  # fmt: skip
+
+
+def urls(workers):
+    return sorted(w["url"] for w in workers)
+
+
+# name: (listed, desired, state) -> (urls to add, urls to take out)
+CHANGES = {
+    "present: the missing one is added": ([P0, D0], [D1], "present", [D1["url"]], []),
+    "present: a listed one is not added again": ([P0, D0, D1], [D1], "present", [], []),
+    "present: others are left alone": ([P0, P1, D0, D1], [D0], "present", [], []),
+    "absent: the listed one goes": ([P0, D0, D1], [D1], "absent", [], [D1["url"]]),
+    "absent: one not listed is nothing to do": ([P0, D0], [D1], "absent", [], []),
+    "exact: an extra one goes, a missing one comes": ([P0, P1, D0], [P0, D0, D1], "exact", [D1["url"]], [P1["url"]]),
+    "exact: the same set is nothing to do": ([P0, D0], [D0, P0], "exact", [], []),
+    "exact: an empty listing gets everything": ([], [P0, D0], "exact", [P0["url"], D0["url"]], []),
+}
+
+
+@pytest.mark.parametrize("case", CHANGES, ids=list(CHANGES))
+def test_changes(case):
+    current, desired, state, add, remove = CHANGES[case]
+    to_add, to_remove = ra.changes(listing(*current), desired, state)
+    assert (urls(to_add), urls(to_remove)) == (sorted(add), sorted(remove))
+    assert all("id" in w for w in to_remove)  # what is taken out is taken out by the router's own id
+
+
+def test_an_unknown_state_is_refused():
+    with pytest.raises(ra.RouterApiError, match="state 'replace'"):
+        ra.changes([], [], "replace")
+
+
+# name: (listed, unhealthy, desired, state) -> settled
+SETTLED = {
+    "present: listed and healthy": ([P0, D0, D1], [], [D1], "present", True),
+    "present: listed, not health-checked yet": ([P0, D0, D1], [D1], [D1], "present", False),
+    "present: not listed": ([P0, D0], [], [D1], "present", False),
+    "present: another one unhealthy does not matter": ([P0, D0, D1], [D0], [D1], "present", True),
+    "absent: gone": ([P0, D0], [], [D1], "absent", True),
+    "absent: still listed (unhealthy)": ([P0, D0, D1], [D1], [D1], "absent", False),
+    "exact: the same set, all healthy": ([P0, D0], [], [P0, D0], "exact", True),
+    "exact: an extra one still listed": ([P0, P1, D0], [], [P0, D0], "exact", False),
+    "exact: one unhealthy": ([P0, D0], [P0], [P0, D0], "exact", False),
+}
+
+
+@pytest.mark.parametrize("case", SETTLED, ids=list(SETTLED))
+def test_settled(case):
+    current, unhealthy, desired, state, want = SETTLED[case]
+    assert ra.settled(listing(*current, unhealthy=unhealthy), desired, state) is want
+
+
+# name: desired workers -> the problem named (None: valid)
+PROBLEMS = {
+    "prefill and decode": ([P0, D0], None),
+    "no url": ([{"worker_type": "decode"}], "a url (http://host:port) is needed"),
+    "a url without a scheme": ([{"url": "10.0.0.3:30001", "worker_type": "decode"}], "a url (http://host:port)"),
+    "an unknown type": ([{"url": D0["url"], "worker_type": "regular"}], "worker_type must be prefill or decode"),
+    "a prefill without its bootstrap port": ([{"url": P0["url"], "worker_type": "prefill"}], "needs its bootstrap"),
+    "not a mapping": (["http://10.0.0.3:30001"], "a url (http://host:port) is needed"),
+}
+
+
+@pytest.mark.parametrize("case", PROBLEMS, ids=list(PROBLEMS))
+def test_worker_problems(case):
+    workers, want = PROBLEMS[case]
+    problems = ra.worker_problems(workers)
+    assert (problems == []) if want is None else (len(problems) == 1 and want in problems[0]), problems
+
+
+def test_listed_refuses_an_answer_without_a_worker_list():
+    assert ra.listed({"workers": [{"id": 7, "url": D0["url"], "worker_type": "decode", "is_healthy": True}]}) == [
+        {"id": "7", "url": D0["url"], "worker_type": "decode", "healthy": True}
+    ]
+    with pytest.raises(ra.RouterApiError, match="without a worker list"):
+        ra.listed({"error": "not found"})
+
+
+def test_add_body_carries_the_bootstrap_port_and_the_workers_key():
+    assert ra.add_body(P0, "") == {"url": P0["url"], "worker_type": "prefill", "bootstrap_port": 8998}
+    assert ra.add_body(D0, "k") == {"url": D0["url"], "worker_type": "decode", "api_key": "k"}
+
+
+class FakeRouter:
+    """A router whose listing shows each change LAG readings after the call, and a new worker healthy HEALTHY_LAG
+    readings after it is listed. Records every call."""
+
+    def __init__(self, workers, lag=2, healthy_lag=1):
+        self.workers_now = {w["url"]: dict(w, healthy=True) for w in listing(*workers)}
+        self.pending = []  # [readings left, action, worker]
+        self.lag, self.healthy_lag = lag, healthy_lag
+        self.calls = []
+
+    def workers(self):
+        self.calls.append("GET")
+        for entry in self.pending:
+            entry[0] -= 1
+        for left, action, worker in [e for e in self.pending if e[0] <= 0]:
+            if action == "add":
+                self.workers_now[worker["url"]] = {"id": "new-" + worker["url"][-5:], "url": worker["url"],
+                                                   "worker_type": worker["worker_type"], "healthy": False}  # fmt: skip
+                self.pending.append([self.healthy_lag, "healthy", worker])
+            elif action == "healthy":
+                self.workers_now[worker["url"]]["healthy"] = True
+            else:
+                self.workers_now.pop(worker["url"], None)
+            assert left <= 0
+        self.pending = [e for e in self.pending if e[0] > 0]
+        return [dict(w) for w in self.workers_now.values()]
+
+    def add(self, worker, worker_api_key):
+        self.calls.append(f"POST {worker['url']} key={worker_api_key}")
+        self.pending.append([self.lag, "add", worker])
+
+    def remove(self, worker):
+        self.calls.append(f"DELETE {worker['id']}")
+        self.pending.append([self.lag, "remove", worker])
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def converge(router, desired, state, timeout=60, check_mode=False):
+    clock = Clock()
+    options = {"worker_api_key": "wk", "timeout": timeout, "poll": 1, "check_mode": check_mode}
+    return ra.converge(router, desired, state, options, sleep=clock.sleep, clock=clock), clock
+
+
+def test_absent_waits_until_the_router_no_longer_lists_it():
+    router = FakeRouter([P0, D0, D1], lag=3)
+    result, clock = converge(router, [D1], "absent")
+    assert result["settled"] and result["removed"] == [D1["url"]] and result["added"] == []
+    assert urls(result["workers"]) == urls([P0, D0])
+    assert router.calls[:2] == ["GET", "DELETE id-30011"] and clock.now == 2.0  # read at 0 (after), 1, 2: gone
+
+
+def test_present_waits_until_the_new_worker_is_listed_healthy():
+    router = FakeRouter([P0, D0], lag=2, healthy_lag=2)
+    result, clock = converge(router, [D1], "present")
+    assert result["settled"] and result["added"] == [D1["url"]]
+    assert [w["healthy"] for w in result["workers"] if w["url"] == D1["url"]] == [True]
+    assert f"POST {D1['url']} key=wk" in router.calls and clock.now == 3.0
+
+
+def test_exact_adds_and_takes_out_in_one_call():
+    router = FakeRouter([P0, P1, D0], lag=1)
+    result, _clock = converge(router, [P0, D0, D1], "exact")
+    assert result["settled"] and result["added"] == [D1["url"]] and result["removed"] == [P1["url"]]
+    assert urls(result["workers"]) == urls([P0, D0, D1])
+    # taken out before the new one is added: a rename never has both listed on the same GPUs
+    assert router.calls.index("DELETE id-30010") < router.calls.index(f"POST {D1['url']} key=wk")
+
+
+def test_nothing_to_do_reads_once_and_changes_nothing():
+    router = FakeRouter([P0, D0])
+    result, clock = converge(router, [P0, D0], "exact")
+    assert result == {"changed": False, "added": [], "removed": [], "settled": True, "waited": 0.0,
+                      "workers": listing(P0, D0)}  # fmt: skip
+    assert router.calls == ["GET"] and clock.now == 0.0
+
+
+def test_a_listing_that_never_settles_returns_unsettled_at_the_timeout():
+    router = FakeRouter([P0, D0], lag=1000)
+    result, clock = converge(router, [D1], "present", timeout=5)
+    assert not result["settled"] and result["added"] == [D1["url"]] and clock.now == 5.0
+    assert "decode http://10.0.0.3:30001 (healthy)" in ra.describe(result["workers"])
+
+
+def test_check_mode_reports_the_change_and_calls_nothing():
+    router = FakeRouter([P0, P1, D0])
+    result, _clock = converge(router, [P0, D0, D1], "exact", check_mode=True)
+    assert result["changed"] and result["added"] == [D1["url"]] and result["removed"] == [P1["url"]]
+    assert router.calls == ["GET"]
+
+
+class RouterHandler(BaseHTTPRequestHandler):
+    """A loopback stand-in for sglang-router 0.3.2's worker API: 202 at once, the change applied 0.3 s later."""
+
+    state: ClassVar[dict] = {}
+
+    def log_message(self, *args):
+        pass
+
+    def answer(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.headers.get("Authorization") != f"Bearer {RK}":
+            return self.answer(401, {"error": "unauthorized"})
+        with self.state["lock"]:
+            workers = list(self.state["workers"].values())
+        return self.answer(200, {"workers": workers, "total": len(workers)})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.state["posted"].append(body)
+
+        def later():
+            time.sleep(0.3)
+            with self.state["lock"]:
+                entry = {"id": "w9", "url": body["url"], "worker_type": body["worker_type"], "is_healthy": True}
+                self.state["workers"][body["url"]] = entry
+
+        threading.Thread(target=later, daemon=True).start()
+        return self.answer(202, {"status": "accepted"})
+
+    def do_DELETE(self):
+        wid = self.path.rsplit("/", 1)[1]
+
+        def later():
+            time.sleep(0.3)
+            with self.state["lock"]:
+                self.state["workers"] = {u: w for u, w in self.state["workers"].items() if w["id"] != wid}
+
+        threading.Thread(target=later, daemon=True).start()
+        return self.answer(202, {"status": "accepted"})
+
+
+@pytest.fixture
+def http_router():
+    RouterHandler.state = {"lock": threading.Lock(), "posted": [], "workers": {
+        P0["url"]: {"id": "w1", "url": P0["url"], "worker_type": "prefill", "is_healthy": True},
+        D0["url"]: {"id": "w2", "url": D0["url"], "worker_type": "decode", "is_healthy": True},
+    }}  # fmt: skip
+    server = ThreadingHTTPServer(("127.0.0.1", 0), RouterHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", RouterHandler.state
+    server.shutdown()
+
+
+def test_sglang_router_over_http_swaps_a_decode_and_waits_for_it(http_router):
+    url, state = http_router
+    api = ra.SglangRouter(url, RK)
+    result = ra.converge(api, [P0, D1], "exact", {"worker_api_key": "wk", "timeout": 10, "poll": 0.1})
+    assert result["settled"] and result["added"] == [D1["url"]] and result["removed"] == [D0["url"]]
+    assert 0.2 < result["waited"] < 5
+    assert state["posted"] == [{"url": D1["url"], "worker_type": "decode", "api_key": "wk"}]
+    assert urls(api.workers()) == urls([P0, D1])
+
+
+def test_sglang_router_over_http_names_a_refused_call(http_router):
+    url, _state = http_router
+    with pytest.raises(ra.RouterApiError, match=r"GET .*/workers answered 401"):
+        ra.SglangRouter(url, "wrong").workers()
+    with pytest.raises(ra.RouterApiError, match="no answer"):
+        ra.SglangRouter("http://127.0.0.1:9", RK).workers()
+
+
+def run_module(args, capsys):
+    with testing.patch_module_args(args), pytest.raises(SystemExit) as done:
+        module.main()
+    return done.value.code, json.loads(capsys.readouterr().out)
+
+
+def test_the_module_takes_unit_specs_and_fails_naming_what_the_router_lists(http_router, capsys):
+    url, state = http_router
+    spec = {"unit": "sglang-decode1", "role": "decode", "url": D1["url"], "bootstrap_port": None, "flags": {}}
+    rc, out = run_module({"url": url, "api_key": RK, "workers": [spec], "state": "present", "timeout": 10,
+                          "poll": 0.1, "worker_api_key": "wk"}, capsys)  # fmt: skip
+    assert rc == 0 and out["changed"] and out["added"] == [D1["url"]], out
+    assert state["posted"][-1]["worker_type"] == "decode"
+    rc, out = run_module({"url": url, "api_key": "wrong", "workers": [spec], "state": "absent"}, capsys)
+    assert rc == 1 and "answered 401" in out["msg"], out
+    rc, out = run_module({"url": url, "api_key": RK, "workers": [{"url": D1["url"], "worker_type": "regular"}]},
+                         capsys)  # fmt: skip
+    assert rc == 1 and "worker_type must be prefill or decode" in out["msg"], out
+
+
+def test_the_module_in_check_mode_says_what_it_would_change_and_changes_nothing(http_router, capsys):
+    url, state = http_router
+    rc, out = run_module({"url": url, "api_key": RK, "workers": [P0, D1], "state": "exact",
+                          "_ansible_check_mode": True}, capsys)  # fmt: skip
+    assert rc == 0 and out["changed"] and out["added"] == [D1["url"]] and out["removed"] == [D0["url"]], out
+    assert state["posted"] == [] and sorted(state["workers"]) == sorted([P0["url"], D0["url"]])
