@@ -31,6 +31,10 @@ class RouterApiError(Exception):
     """The router did not answer a worker-API call as expected."""
 
 
+class RouterNotAnswering(RouterApiError):
+    """Nothing answered at the router's address (not started yet, or down)."""
+
+
 def desired_workers(workers):
     """The desired workers as {url, worker_type, bootstrap_port}: each as given, or a unit spec of the plan (its
     `role` is the worker type)."""
@@ -144,7 +148,7 @@ class SglangRouter:
         except HTTPError as exc:
             status, text = exc.code, exc.read(2000).decode("utf-8", "replace")
         except (URLError, OSError, HTTPException, UrlsConnectionError) as exc:
-            raise RouterApiError(f"{method} {self.url}{path}: no answer ({getattr(exc, 'reason', exc)})") from exc
+            raise RouterNotAnswering(f"{method} {self.url}{path}: no answer ({getattr(exc, 'reason', exc)})") from exc
         try:
             return status, json.loads(text) if text else {}
         except ValueError:
@@ -179,7 +183,15 @@ def converge(api, desired, state, options, *, sleep=time.sleep, clock=time.monot
     does not settle within the timeout returns settled False (the caller fails, naming what the router lists).
     """
     started = clock()
-    current = api.workers()
+    deadline = started + float(options.get("timeout", 60))
+    while True:  # a router started a moment ago answers once it listens: wait for it, within the timeout
+        try:
+            current = api.workers()
+            break
+        except RouterNotAnswering:
+            if clock() >= deadline:
+                raise
+            sleep(float(options.get("poll", 1)))
     to_add, to_remove = changes(current, desired, state)
     result = {
         "changed": bool(to_add or to_remove),
@@ -192,7 +204,6 @@ def converge(api, desired, state, options, *, sleep=time.sleep, clock=time.monot
         api.remove(worker)
     for worker in to_add:
         api.add(worker, options.get("worker_api_key") or "")
-    deadline = started + float(options.get("timeout", 60))
     if result["changed"]:
         current = api.workers()
     while not settled(current, desired, state):

@@ -314,3 +314,29 @@ def test_the_module_in_check_mode_says_what_it_would_change_and_changes_nothing(
                           "_ansible_check_mode": True}, capsys)  # fmt: skip
     assert rc == 0 and out["changed"] and out["added"] == [D1["url"]] and out["removed"] == [D0["url"]], out
     assert state["posted"] == [] and sorted(state["workers"]) == sorted([P0["url"], D0["url"]])
+
+
+class LateRouter(FakeRouter):
+    """A router that answers only from its third reading on (it was started a moment ago)."""
+
+    def __init__(self, workers, silent=2):
+        super().__init__(workers)
+        self.silent = silent
+
+    def workers(self):
+        if self.silent:
+            self.silent -= 1
+            self.calls.append("GET (no answer)")
+            raise ra.RouterNotAnswering("GET http://127.0.0.1:8000/workers: no answer (Connection refused)")
+        return super().workers()
+
+
+def test_a_router_that_does_not_answer_yet_is_waited_for_within_the_timeout():
+    result, clock = converge(LateRouter([P0, D0]), [P0, D0], "exact")
+    assert result["settled"] and not result["changed"] and clock.now == 2.0
+    with pytest.raises(ra.RouterApiError, match="no answer"):
+        converge(LateRouter([P0, D0], silent=100), [P0, D0], "exact", timeout=5)
+    refusing = FakeRouter([P0, D0])
+    refusing.workers = lambda: (_ for _ in ()).throw(ra.RouterApiError("GET /workers answered 401"))
+    with pytest.raises(ra.RouterApiError, match="401"):  # an answer that refuses is not waited on
+        converge(refusing, [P0, D0], "exact")
