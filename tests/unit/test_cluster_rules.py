@@ -1,9 +1,14 @@
 """Tables for plugins/module_utils/cluster_rules.py and rolling.py (pure functions, no network)."""
 
 import errno
+import json
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, rolling, rules, units
 from test_units import DECODE, PLACEMENT, PROFILE, SETTINGS
 
@@ -244,3 +249,22 @@ def test_an_empty_instance_list_is_said_not_refused():
     assert rules.empty_role_warnings("h4", "decode", [{"name": "decode1"}]) == []
     (warning,) = rules.empty_role_warnings("h4", "decode", [])
     assert "h4 is in group decode with an empty sglang_decode_instances" in warning and "retired" in warning
+
+
+def test_the_record_scan_reads_every_record_names_an_unreadable_one_and_skips_backups(tmp_path):
+    """roles/sglang/vars/main.yml's _sglang_record_scan, run as plan.yml runs it (python3 -c SCRIPT DIR)."""
+    script = yaml.safe_load((Path(__file__).parents[2] / "roles/sglang/vars/main.yml").read_text())[
+        "_sglang_record_scan"
+    ]
+    (tmp_path / "sglang-decode0.json").write_text(json.dumps({"unit": "sglang-decode0", "role": "decode"}))
+    (tmp_path / "sglang-decode1.json").write_text("{not json")
+    (tmp_path / "sglang-decode0.json.1234.2026-12-01@10:00:00~").write_text(json.dumps({"role": "decode"}))
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, check=True)
+    records = json.loads(out.stdout)
+    assert sorted(records) == ["sglang-decode0", "sglang-decode1"]
+    assert records["sglang-decode0"]["role"] == "decode" and "unreadable" in records["sglang-decode1"]
+    # an unreadable record has no role: it is never taken for a worker to retire
+    assert rolling.retired(records, [], ("prefill", "decode")) == [records["sglang-decode0"]]
+    missing = subprocess.run([sys.executable, "-c", script, str(tmp_path / "none")], capture_output=True, text=True,
+                             check=True)  # fmt: skip
+    assert json.loads(missing.stdout) == {}
