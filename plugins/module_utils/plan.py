@@ -137,7 +137,7 @@ def host_plan(inputs):
         if isinstance(profile, dict):
             for part, flags in (profile.get("flags") or {}).items() if isinstance(profile.get("flags"), dict) else []:
                 problems += rules.derived_flag_problems(flags, f"the profile {profile_name}: flags.{part}")
-    if problems or not roles:
+    if problems or not all_instances:  # no worker role here, or only empty lists (a scale-in): nothing to place
         retired = [] if problems else rolling.retired(deployed, [], ("prefill", "decode"))
         return {"units": [], "placement": [], "problems": problems, "warnings": empty, "retired": retired}
 

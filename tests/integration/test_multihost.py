@@ -176,8 +176,14 @@ def converge_under_load(cluster, extra_vars, load_args, *, succeed=True):
     assert loader is not None, f"the run never reached the workers' play:\n{output[-4000:]}"
     assert "Show the order of the rolling restart" in output, f"the run showed no rolling restart:\n{output[-4000:]}"
     out, _unused = loader.communicate(timeout=400)
-    assert (play.returncode == 0) is succeed, output[-6000:]
+    assert (play.returncode == 0) is succeed, failures(output) + output[-6000:]
     return output, json.loads(out)
+
+
+def failures(output):
+    """Each failed task of a playbook's output with the lines after it, so a failure early in a long run shows."""
+    found = [output[max(0, m.start() - 300) : m.start() + 1500] for m in re.finditer(r"fatal: \[|FAILED! =>", output)]
+    return "".join(f"--- failed task ---\n{text}\n" for text in found[:4])
 
 
 def restart_order(output):

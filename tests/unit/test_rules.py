@@ -341,3 +341,12 @@ def test_a_null_or_a_mapping_in_any_variable_plans_or_says_why_never_raises(topo
     for value in (None, {"a": 1}):
         messages = preflight(topology, extra={variable: value})
         assert all(isinstance(m, str) for m in messages)
+
+
+def test_an_empty_instance_list_is_a_warning_of_the_host_and_the_router_refuses_a_deployment_without_the_role(
+    topology,
+):
+    """A host in group decode with sglang_decode_instances: [] plans nothing there (a scale-in retires what ran):
+    the host plan warns and places nothing; a deployment left without any decode is refused by the router's rule."""
+    problems = preflight(topology, extra={"sglang_decode_instances": []})
+    assert len(problems) == 1 and "The router found 1 prefill and 0 decode workers" in problems[0], problems
