@@ -12,7 +12,7 @@ version_added: "0.1.0"
 description:
   - Reads the router's C(GET /workers), adds the missing workers (C(POST /workers)) and takes out those to go
     (C(DELETE /workers/{id})), then waits until the listing shows the change, for at most O(timeout) seconds.
-  - The router does not restart: requests in flight on the workers that stay go on.
+  - The router does not restart, so requests in flight on the workers that stay go on.
   - Fails, naming what the router lists, when the listing does not settle in time.
 options:
   url:

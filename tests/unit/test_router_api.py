@@ -337,6 +337,10 @@ def test_a_router_that_does_not_answer_yet_is_waited_for_within_the_timeout():
     with pytest.raises(ra.RouterApiError, match="no answer"):
         converge(LateRouter([P0, D0], silent=100), [P0, D0], "exact", timeout=5)
     refusing = FakeRouter([P0, D0])
-    refusing.workers = lambda: (_ for _ in ()).throw(ra.RouterApiError("GET /workers answered 401"))
+
+    def refuse():
+        raise ra.RouterApiError("GET /workers answered 401")
+
+    refusing.workers = refuse
     with pytest.raises(ra.RouterApiError, match="401"):  # an answer that refuses is not waited on
         converge(refusing, [P0, D0], "exact")
