@@ -8,7 +8,7 @@ Documentation: one YAML file per filter beside this file. Logic: plugins/module_
 import os
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.disagg.sglang.plugins.module_utils import plan, rules, variables
+from ansible_collections.disagg.sglang.plugins.module_utils import plan, rules, variables, venvs
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 
 
@@ -22,9 +22,9 @@ def router_plan(worker_specs, inputs):
     return plan.router_plan(list(worker_specs), inputs)
 
 
-def pd_problems(worker_specs):
-    """What prefill and decode disagree on in the KV handoff (see plan.pd_problems)."""
-    return plan.pd_problems(list(worker_specs))
+def pd_problems(worker_specs, inputs=None):
+    """What prefill and decode disagree on in the KV handoff, now and during the change (see plan.pd_problems)."""
+    return plan.pd_problems(list(worker_specs), dict(inputs or {}))
 
 
 def profile_file(name, inventory_dir, shipped_dir):
@@ -45,9 +45,30 @@ def profile_file(name, inventory_dir, shipped_dir):
     }
 
 
-def deps_problems(packages, packages_nodeps, wheelhouse=""):
-    """What is wrong with the venv's package lists (see rules.deps_problems)."""
-    return rules.deps_problems(packages, packages_nodeps, wheelhouse)
+def deps_problems(packages, packages_nodeps, wheelhouse="", module=None, router_packages=None):
+    """What is wrong with the venvs' package lists (see rules.deps_problems), and an engine that is not pinned
+    (venvs.engine_problems) where MODULE (sglang_server_module) is given."""
+    problems = rules.deps_problems(packages, packages_nodeps, wheelhouse, router_packages)
+    if module and not problems:
+        problems += venvs.engine_problems(module, packages)
+    return problems
+
+
+def legacy_problems(values):
+    """The removed variables an inventory still sets (see variables.removed_problems)."""
+    return variables.removed_problems(dict(values or {}))
+
+
+def venv_paths(inputs):
+    """This run's venvs of a host, named by their package sets (see venvs.venvs)."""
+    return venvs.venvs(dict(inputs or {}))
+
+
+def venvs_to_remove(stamps, in_use, current):
+    """The venvs a host no longer needs (see venvs.to_remove). stamps: ansible.builtin.find's files (each venv's
+    stamp file); in_use: the pythons the host's records run; current: this run's venv paths."""
+    found = [venvs.found(f.get("path"), f.get("mtime")) for f in stamps or [] if isinstance(f, dict)]
+    return venvs.to_remove(found, [venvs.venv_of(p) for p in in_use or []], list(current or []))
 
 
 def host_paths(paths):
@@ -109,6 +130,9 @@ class FilterModule:
             "pd_problems": pd_problems,
             "profile_file": profile_file,
             "deps_problems": deps_problems,
+            "venv_paths": venv_paths,
+            "legacy_problems": legacy_problems,
+            "venvs_to_remove": venvs_to_remove,
             "systemd_line": systemd_line,
             "systemd_env": systemd_env,
             "host_paths": host_paths,

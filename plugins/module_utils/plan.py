@@ -30,6 +30,11 @@ def settings_problems(inputs):
     s = inputs["settings"]
     variables = inputs.get("variables") or {}
     problems = rules.model_path_problems(s.get("model_path"))
+    if not s.get("venv"):
+        problems.append(
+            "this run's venvs are not named (sglang_venvs is not set): the sglang_deps role's preflight names them "
+            "from the package lists; run disagg.sglang.site, or the sglang_deps role before this one"
+        )
     problems += rules.health_wait_problems(s.get("health_timeout"), s.get("health_poll"))
     problems += rules.drain_timeout_problems(s.get("drain_timeout"), s.get("stop_timeout"))
     rw_paths = s.get("read_write_paths") if isinstance(s.get("read_write_paths"), list) else []
@@ -42,7 +47,7 @@ def settings_problems(inputs):
         {
             # the model path's own rule says when it is not absolute
             **({"sglang_model_path": model} if isinstance(model, str) and model.startswith("/") else {}),
-            "sglang_venv": s.get("venv"),
+            "sglang_venvs_dir": s.get("venvs_dir"),
             "sglang_env_dir": s.get("env_dir"),
             "sglang_numactl_path": s.get("numactl_path"),
             **more,
@@ -215,15 +220,88 @@ def kv_p2p_findings(inputs, specs):
     return (found, []) if policy == "warn" else ([], found)
 
 
-def pd_problems(worker_specs):
-    """Prefill and decode of the whole deployment must agree on the KV contract (page size, KV dtype, ...)."""
+COMPAT_VAR = "sglang_engine_compatible_versions"
+
+
+def compat_problems(groups):
+    """sglang_engine_compatible_versions must be a list of lists of version strings, each version in one group."""
+    if not isinstance(groups, list) or not all(
+        isinstance(g, list) and all(isinstance(v, str) and v.strip() for v in g) for g in groups
+    ):
+        example = '[["0.5.23", "0.5.24"]]'
+        return [f"{COMPAT_VAR} must be a list of lists of engine versions, such as {example}; got {groups!r}"]
+    versions = [v for g in groups for v in g]
+    twice = sorted({v for v in versions if versions.count(v) > 1})
+    if twice:
+        return [f"{COMPAT_VAR} names {', '.join(twice)} in more than one group: merge those groups"]
+    return []
+
+
+def _shared(values, groups):
+    """A contract's values with the engine's version replaced by its compatibility group (the first version of
+    the group that holds it), so versions that hand KV to each other compare equal."""
+    engine = values.get("engine")
+    if not engine or " " not in str(engine):
+        return values
+    dist, version = str(engine).rsplit(" ", 1)
+    for group in groups:
+        if version in group:
+            return {**values, "engine": f"{dist} {group[0]} (or {', '.join(v for v in group if v != group[0])})"}
+    return values
+
+
+def pd_problems(worker_specs, inputs=None):
+    """Prefill and decode of the whole deployment must agree on the KV contract (page size, KV dtype, the engine's
+    version, ...), and a change of the contract must not roll: the rolling step would let the old and the new
+    contract serve together.
+
+    inputs: {compatible: sglang_engine_compatible_versions, batch: sglang_rolling_batch,
+             deployed: {host: {unit: record}} (the preflight's reading of each host's records)}."""
+    inputs = inputs or {}
+    groups = inputs.get("compatible") or []
+    problems = compat_problems(groups)
+    if problems:
+        return problems
     contracts = [dict(units.kv_contract(spec), host=spec.get("host", "?")) for spec in worker_specs]
-    found = rules.kv_mismatches(contracts, units.KV_CONTRACT)
-    if not found:
+    contracts = [dict(c, values=_shared(c["values"], groups)) for c in contracts]
+    found = rules.kv_mismatches(contracts, (*units.KV_CONTRACT, "engine"))
+    if found:
+        engine = any(m.startswith("--engine ") for m in found)
+        return [
+            ". ".join(found).replace("--engine differs", "The engine version differs") + ". SGLang refuses the KV "
+            "handoff between such workers at connect time: make the profile, sglang_prefill_extra_flags / "
+            "sglang_decode_extra_flags and the instances' flags agree"
+            + (
+                "; pin one engine version on every host (or, for versions known to hand KV over to each other, "
+                f"list them in one group of {COMPAT_VAR})"
+                if engine
+                else ""
+            )
+        ]
+    return transition_problems(worker_specs, contracts, inputs)
+
+
+def transition_problems(worker_specs, contracts, inputs):
+    """A change of the KV contract of deployed workers, where the rolling step would restart them batch by batch:
+    the old and the new contract would serve together."""
+    deployed = inputs.get("deployed") or {}
+    groups = inputs.get("compatible") or []
+    moved = []
+    for spec, contract in zip(worker_specs, contracts, strict=True):
+        record = ((deployed.get(spec.get("host")) or {}).get(spec["unit"])) or {}
+        old = record.get("kv_contract") if isinstance(record, dict) else None
+        if isinstance(old, dict) and _shared(old, groups) != contract["values"]:
+            changed = sorted(k for k in contract["values"] if _shared(old, groups).get(k) != contract["values"][k])
+            moved.append(f"{spec['unit']}@{spec.get('host', '?')} ({', '.join(changed)}: "
+                         + "; ".join(f"{old.get(k)} -> {contract['values'][k]}" for k in changed) + ")")  # fmt: skip
+    rolls = int(inputs.get("batch") or 0) > 0 and any(n > 1 for n in rolling.role_totals(worker_specs).values())
+    if not moved or not rolls:
         return []
     return [
-        ". ".join(found) + ". SGLang refuses the KV handoff between such workers at connect time: make the profile, "
-        "sglang_prefill_extra_flags / sglang_decode_extra_flags and the instances' flags agree"
+        f"This change moves {', '.join(moved)} to another KV contract. The rolling restart would let prefill and "
+        "decode on the old and on the new contract serve together, and SGLang refuses the KV handoff between them. "
+        "Set sglang_rolling_batch: 0 for this run (every changed worker restarts at once: serving pauses), or, for "
+        f"engine versions known to hand KV over to each other, list them in one group of {COMPAT_VAR}"
     ]
 
 

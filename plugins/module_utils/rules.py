@@ -481,10 +481,13 @@ def router_flag_problems(extra_flags):
 # --------------------------------------------------------------------------------------------------
 
 
-def deps_problems(packages, packages_nodeps, wheelhouse):
-    """The venv's package lists: shapes, sgl-kernel beside sglang-kernel, NIXL without its dependencies."""
+def deps_problems(packages, packages_nodeps, wheelhouse, router_packages=None):
+    """The venvs' package lists: shapes, sgl-kernel beside sglang-kernel, NIXL without its dependencies."""
     problems = []
-    for var, value in (("sglang_deps_packages", packages), ("sglang_deps_packages_nodeps", packages_nodeps)):
+    lists = [("sglang_deps_packages", packages), ("sglang_deps_packages_nodeps", packages_nodeps)]
+    if router_packages is not None:
+        lists.append(("sglang_deps_router_packages", router_packages))
+    for var, value in lists:
         if not isinstance(value, list) or not all(isinstance(p, str) and p.strip() for p in value):
             problems.append(f"{var} must be a list of pip requirement strings, got {value!r}")
     if problems:

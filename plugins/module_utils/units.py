@@ -236,6 +236,8 @@ def worker_units(instances, placement, profile, role, settings):
             "after": ["network-online.target", "nvidia-persistenced.service"],
             "python": f"{settings['venv']}/bin/python",
             "module": settings["server_module"],
+            # the engine it runs ("dist version", venvs.engine_of): part of its KV contract
+            "engine": settings.get("engine"),
             "exec": secret_launcher([*binding, python, "-m", settings["server_module"]], env_flags),
             "lines": lines,
             "flags": flags,
@@ -262,8 +264,9 @@ KV_CONTRACT = ("page-size", "kv-cache-dtype", "disaggregation-transfer-backend",
 
 
 def kv_contract(spec):
-    """The part of a worker unit spec that its PD peers must share."""
+    """The part of a worker unit spec that its PD peers must share: the KV flags and the engine ("dist version")."""
     values = {key: spec["flags"].get(key) for key in KV_CONTRACT}
+    values["engine"] = spec.get("engine")
     return {
         "unit": spec["unit"],
         "role": spec["role"],
@@ -278,6 +281,7 @@ def router_unit(prefills, decodes, settings):
     and the service settings of worker_units.
     """
     lines = sf.router_lines(prefills, decodes, settings["flags"])
+    venv = settings.get("router_venv") or settings["venv"]  # the router's own venv (venvs.py)
     flags = settings["flags"]
     secret_env = {}
     env_flags = {}
@@ -295,9 +299,9 @@ def router_unit(prefills, decodes, settings):
         "host": settings.get("inventory_host"),
         "description": f"SGLang router: {len(prefills)} prefill, {len(decodes)} decode",
         "after": ["network-online.target"],
-        "python": f"{settings['venv']}/bin/python",
+        "python": f"{venv}/bin/python",
         "module": "sglang_router.launch_router",
-        "exec": secret_launcher([f"{settings['venv']}/bin/python", "-m", "sglang_router.launch_router"], env_flags),
+        "exec": secret_launcher([f"{venv}/bin/python", "-m", "sglang_router.launch_router"], env_flags),
         "lines": lines,
         "flags": dict(flags),
         "env": dict(settings.get("env") or {}),
@@ -332,11 +336,15 @@ def restart_key(spec):
 # The record of a deployed unit (roles/sglang/tasks/units.yml writes it beside the unit, with a backup as the unit
 # file has; the preflight reads every record of a host): what the next run, the removal of an instance, the bench
 # and monitoring roles need to know of it, as data.
-RECORD_KEYS = ("unit", "name", "role", "host", "url", "health_url", "metrics_url", "python", "module", "port",
+RECORD_KEYS = ("unit", "name", "role", "host", "url", "health_url", "metrics_url", "python", "module", "engine",
+               "kv_contract", "port",
                "bootstrap_port", "gpus", "environment_file", "expected_workers", "restart_key",
                "worker_urls")  # fmt: skip
 
 
 def record(spec, unit_dir):
     """The record of SPEC as deployed: its RECORD_KEYS and where its unit file lies."""
-    return {**{k: spec[k] for k in RECORD_KEYS if k in spec}, "unit_file": f"{unit_dir}/{spec['unit']}.service"}
+    kept = {k: spec[k] for k in RECORD_KEYS if k in spec}
+    if spec.get("role") in sf.WORKER_ROLES:
+        kept["kv_contract"] = kv_contract(spec)["values"]
+    return {**kept, "unit_file": f"{unit_dir}/{spec['unit']}.service"}

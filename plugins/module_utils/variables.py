@@ -49,7 +49,8 @@ VARIABLES = {
     "sglang_model_path": _v(S, "path", what="the model directory on the serving hosts, e.g. /models/DeepSeek-V4-Flash"),
     "sglang_served_model_name": _v(S, "str"),
     "sglang_profile": _v(S, "str"),
-    "sglang_venv": _v(S, "path"),
+    "sglang_venvs_dir": _v(S, "path", what="the directory of the versioned venvs (engine-DIGEST, router-DIGEST)"),
+    "sglang_engine_compatible_versions": _v(S, "list", what="groups of engine versions that hand KV to each other"),
     "sglang_server_module": _v(S, "pattern:MODULE", what="Python module name"),
     "sglang_numactl_path": _v(S, "path"),
     "sglang_unit_dir": _v(S, "path"),
@@ -96,6 +97,7 @@ VARIABLES = {
     "sglang_deps_os_packages": _v(D, "list_of_str"),
     "sglang_deps_packages": _v(D, "list"),
     "sglang_deps_packages_nodeps": _v(D, "list"),
+    "sglang_deps_router_packages": _v(D, "list"),
     "sglang_deps_wheelhouse": _v(D, "path_or_empty"),
     "sglang_deps_nixl_backend": _v(D, "str"),
     # roles/sglang_topology
@@ -355,6 +357,23 @@ def variable_problems(role, values):
         if problem:
             problems.append(problem)
     return problems
+
+
+# Variables the collection no longer reads, and what replaced them: an inventory that still sets one is refused
+# (deps preflight), so a setting is never silently ignored.
+REMOVED = {
+    "sglang_venv": (
+        "is no longer used: each package set now gets its own venv under sglang_venvs_dir (default "
+        "/opt/sglang/venvs), named by its pins, and the units name their venv. Remove sglang_venv from the "
+        "inventory, and set sglang_venvs_dir if the venvs must live elsewhere; the next run builds the venvs there "
+        "and rolls the units onto them, and leaves the old venv alone (remove it by hand once no unit uses it)"
+    ),
+}
+
+
+def removed_problems(values):
+    """Messages for the removed variables (REMOVED) that VALUES ({name: value}, e.g. every defined variable) sets."""
+    return [f"{name} ({values[name]!r}) {why}" for name, why in REMOVED.items() if name in (values or {})]
 
 
 def markdown():

@@ -96,10 +96,10 @@ seealso:
 EXAMPLES = r"""
 - name: Check the workers' command lines against the installed sglang's own parser
   disagg.sglang.cli_check:
-    python: "{{ sglang_venv }}/bin/python"
+    python: "/opt/sglang/venvs/engine-0123456789ab/bin/python"
     module: sglang.launch_server
     version_command:
-      - "{{ sglang_venv }}/bin/python"
+      - "/opt/sglang/venvs/engine-0123456789ab/bin/python"
       - -c
       - "import importlib.metadata as m; print(m.version('sglang'))"
     cache_dir: /var/cache/disagg-sglang/cli-check
@@ -109,7 +109,7 @@ EXAMPLES = r"""
 
 - name: Check the router's command line (no cache); fail when its parser cannot be built
   disagg.sglang.cli_check:
-    python: "{{ sglang_venv }}/bin/python"
+    python: "/opt/sglang/venvs/router-0123456789ab/bin/python"
     module: sglang_router.launch_router
     argvs:
       router: [--pd-disaggregation, --prefill, "http://10.0.0.1:30000", "8998", --decode, "http://10.0.0.2:30001"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
+from ansible_collections.disagg.sglang.plugins.module_utils import venvs
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE_FILES = [
@@ -57,4 +58,13 @@ def host_vars(inventory="inventories/sandbox", host="pytest-badinv-1", groups=GR
         value = variables[name]
         return templar.template(trust_as_template(value) if isinstance(value, str) else value)
 
+    # What roles/sglang_deps/tasks/venvs.yml sets in the preflight (the unit Templar has no collection filters).
+    names = {"dir": "sglang_venvs_dir", "packages": "sglang_deps_packages", "nodeps": "sglang_deps_packages_nodeps",
+             "router_packages": "sglang_deps_router_packages", "python": "sglang_deps_python",
+             "wheelhouse": "sglang_deps_wheelhouse", "module": "sglang_server_module"}  # fmt: skip
+    if "sglang_venvs" not in variables:
+        try:
+            variables["sglang_venvs"] = venvs.venvs({key: resolve(name) for key, name in names.items()})
+        except (TypeError, ValueError, KeyError):  # a bad value is the variable table's message, not ours
+            variables["sglang_venvs"] = {}
     return templar, variables, resolve

@@ -92,7 +92,9 @@ def preflight(
     stages = [table("sglang_topology")] if worker_roles else []
     stages.append(table("sglang_deps"))
     stages.append(lambda: F["deps_problems"](v("sglang_deps_packages"), v("sglang_deps_packages_nodeps"),
-                                             v("sglang_deps_wheelhouse")))  # fmt: skip
+                                             v("sglang_deps_wheelhouse"), v("sglang_server_module"),
+                                             v("sglang_deps_router_packages")))  # fmt: skip
+    stages.append(lambda: F["legacy_problems"](variables))
     stages.append(table("sglang"))
     found_paths, found_listeners = host_looks(v, worker_roles, missing, listeners)
     looks = {
@@ -119,7 +121,11 @@ def preflight(
         }
     )
     stages.append(lambda: plan["problems"])
-    stages.append(lambda: F["pd_problems"](plan["units"]))
+    stages.append(
+        lambda: F["pd_problems"](
+            plan["units"], {"compatible": v("sglang_engine_compatible_versions"), "batch": v("sglang_rolling_batch")}
+        )
+    )
     if "router" in groups:
         extra_flags = v("sglang_router_extra_flags")
         router_inputs = {

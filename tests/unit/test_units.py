@@ -222,13 +222,15 @@ def _contract(unit, role, host, **values):
 
 
 def test_kv_contract_reads_the_merged_flags():
-    spec = units.worker_units([DECODE], PLACEMENT, PROFILE, "decode", SETTINGS)[0]
+    spec = units.worker_units([DECODE], PLACEMENT, PROFILE, "decode", {**SETTINGS, "engine": "sglang 0.5.23"})[0]
     assert units.kv_contract(spec)["values"] == {
         "page-size": "256",
         "kv-cache-dtype": "fp8_e4m3",
         "disaggregation-transfer-backend": "nixl",
         "speculative-algorithm": None,
+        "engine": "sglang 0.5.23",
     }
+    assert units.record(spec, "/etc/systemd/system")["kv_contract"] == units.kv_contract(spec)["values"]
 
 
 @pytest.mark.parametrize(

@@ -163,7 +163,7 @@ def test_a_host_field_refuses_a_port_a_url_a_path(value):
         ("sglang_worker_roles", ["prefill", "router"], "list of `prefill`, `decode`"),
         ("sglang_kv_p2p_policy", "warning", "choose one of `fail`, `warn`, `off`"),
         ("sglang_unit_prefix", "sglang/", "letters, digits, _ . : or -"),
-        ("sglang_venv", "opt/venv", "an absolute path"),
+        ("sglang_venvs_dir", "opt/venvs", "an absolute path"),
         ("sglang_bench_request_rate", 0, "number 0.001-1000000 or `inf`"),
         ("sglang_bench_concurrencies", [1, 0], "list of whole numbers 1-4096"),
         ("sglang_bench_concurrencies", [], "list of whole numbers 1-4096"),

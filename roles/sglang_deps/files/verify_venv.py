@@ -1,4 +1,5 @@
-"""Verify the serving venv instead of assuming it: run by the venv's own python on the host.
+"""Verify a serving venv instead of assuming it: run by the venv's own python on the host (--kind engine: no
+sgl-kernel, NIXL creates its backend; --kind router: the router imports).
 
 Prints one JSON line; exits 1 naming what is missing.
 """
@@ -56,10 +57,12 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--nixl-backend", default="UCX")
     parser.add_argument("--expect-nixl", action="store_true")
+    # engine: sglang's venv (no sgl-kernel beside sglang-kernel, NIXL); router: the router's own venv
+    parser.add_argument("--kind", choices=("engine", "router"), default="engine")
     args = parser.parse_args()
-    report = {}
-    problems = [check_router(report), check_no_sgl_kernel(report)]
-    if args.expect_nixl:
+    report = {"kind": args.kind}
+    problems = [check_router(report)] if args.kind == "router" else [check_no_sgl_kernel(report)]
+    if args.kind == "engine" and args.expect_nixl:
         problems.append(check_nixl(report, args.nixl_backend))
     problems = [p for p in problems if p]
     report["problems"] = problems
