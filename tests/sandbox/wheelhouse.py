@@ -4,12 +4,19 @@ Guests run Debian 12's python3.11, so wheels are fetched for CPython 3.11 / many
 this machine's own pip configuration (no index is named here). Guests install with
 `pip install --no-index --find-links /opt/wheelhouse ...`; nixl-cu13 comes without its
 dependencies (install it with --no-deps; numpy is in the wheelhouse).
+
+The simulator (tests/sandbox/pdsim) is built once per release of its table (sglang_pd_sim/releases.py: 0.1.0,
+0.2.0 with --sim-v2-feature, 0.2.1 alive but never healthy), so an engine upgrade and the rollback of a failed
+one can be tested, as with sglang's own releases; install it pinned (`sglang-pd-sim==0.1.0`): unpinned, pip
+takes the newest, the broken 0.2.1.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import hashlib
+import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -39,6 +46,10 @@ PDSIM_DIST = "sglang_pd_sim"
 BUILD_LEFTOVERS = ("build", "dist", "*.egg-info", "__pycache__")
 # pip's own noise from this machine's find-links configuration
 NOISE = "is ignored: it is neither a file nor a directory"
+VERSION_LINES = {  # file of the simulator's tree -> the line that names its version
+    "pyproject.toml": re.compile(r'^version = "[^"]*"$', re.M),
+    "sglang_pd_sim/__init__.py": re.compile(r'^__version__ = "[^"]*"$', re.M),
+}
 
 
 def pip(*args: str) -> None:
@@ -77,6 +88,41 @@ def tree_digest(root: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def pdsim_versions(root: Path = PDSIM) -> list[str]:
+    """The versions of the simulator's release table (sglang_pd_sim/releases.py, loaded alone: stdlib only)."""
+    spec = importlib.util.spec_from_file_location("_pdsim_releases", root / PDSIM_DIST / "releases.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return list(module.RELEASES)
+
+
+def set_version(tree: Path, version: str) -> None:
+    """Rewrite a copy of the simulator's tree to VERSION: pyproject.toml's version and `__version__`."""
+    for rel, pattern in VERSION_LINES.items():
+        path = tree / rel
+        text, count = pattern.subn(lambda m: m.group(0).split("=", 1)[0] + f'= "{version}"', path.read_text())
+        if count != 1:
+            raise SandboxError(f"{path}: {count} version lines (want 1: {pattern.pattern})")
+        path.write_text(text)
+
+
+def build_pdsim(versions: list[str]) -> None:
+    """One wheel per release, each from its own copy (leave the source tree alone); one pip run each, as pip
+    refuses two versions of one distribution in a run (ResolutionImpossible)."""
+    for old in WHEELHOUSE.glob(f"{PDSIM_DIST}-*.whl"):
+        old.unlink()
+    with tempfile.TemporaryDirectory() as tmp:
+        for version in versions:
+            src = Path(tmp) / f"pdsim-{version}"
+            shutil.copytree(PDSIM, src, ignore=shutil.ignore_patterns(*BUILD_LEFTOVERS))
+            set_version(src, version)
+            pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(WHEELHOUSE), str(src))
+
+
 def stamp_ok(name: str, want: str) -> bool:
     stamp = WHEELHOUSE / f".stamp-{name}"
     return stamp.exists() and stamp.read_text() == want
@@ -107,16 +153,16 @@ def ensure() -> Path:
         if not (PDSIM / "pyproject.toml").exists():
             log(f"wheelhouse: {PDSIM} is not there yet; skipping the simulator wheel")
         else:
-            want = tree_digest(PDSIM)
+            versions = pdsim_versions()
+            want = tree_digest(PDSIM) + " " + " ".join(versions)
             if not stamp_ok("pdsim", want):
-                for old in WHEELHOUSE.glob(f"{PDSIM_DIST}-*.whl"):
-                    old.unlink()
-                with tempfile.TemporaryDirectory() as tmp:  # build from a copy: leave the source tree alone
-                    src = Path(tmp) / "pdsim"
-                    shutil.copytree(PDSIM, src, ignore=shutil.ignore_patterns(*BUILD_LEFTOVERS))
-                    pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(WHEELHOUSE), str(src))
+                started = time.monotonic()
+                build_pdsim(versions)
                 (WHEELHOUSE / ".stamp-pdsim").write_text(want)
-                log(f"wheelhouse: built the simulator wheel ({want})")
+                log(
+                    f"wheelhouse: built the simulator wheels {', '.join(versions)} in "
+                    f"{time.monotonic() - started:.1f} s ({want.split()[0]})"
+                )
     return WHEELHOUSE
 
 

@@ -66,9 +66,16 @@ class SimPool:
         self.sims: list[Sim] = []
 
     def start(
-        self, role: str = "null", *extra: str, env: dict | None = None, healthy: bool = True, python: str | None = None
+        self,
+        role: str = "null",
+        *extra: str,
+        env: dict | None = None,
+        healthy: bool = True,
+        python: str | None = None,
+        src: Path | None = None,
     ) -> Sim:
-        """A simulator on loopback; PYTHON runs it instead of this interpreter (e.g. one with nixl installed)."""
+        """A simulator on loopback; PYTHON runs it instead of this interpreter (e.g. one with nixl installed);
+        SRC is a simulator tree to run instead of this one (e.g. a copy rewritten to another release)."""
         port = free_port()
         argv = [python or sys.executable, "-m", "sglang_pd_sim", "serve", "--model-path", "/models/sim",
                 "--served-model-name", "sim", "--host", "127.0.0.1", "--port", str(port),
@@ -79,7 +86,7 @@ class SimPool:
             argv += ["--disaggregation-bootstrap-port", str(bootstrap)]
         full_env = {k: v for k, v in without_proxies().items() if not k.startswith(("SGLANG_SIM_", "SGL_"))}
         full_env.update(env or {})
-        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PDSIM_SRC), full_env.get("PYTHONPATH")]))
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src or PDSIM_SRC), full_env.get("PYTHONPATH")]))
         log_path = self.tmp_path / f"sim-{role}-{port}.log"
         with open(log_path, "wb") as log:
             popen = subprocess.Popen([*argv, *extra], stdout=log, stderr=subprocess.STDOUT, env=full_env)

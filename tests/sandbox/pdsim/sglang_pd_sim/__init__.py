@@ -5,5 +5,7 @@ the HTTP API that sglang-router 0.3.2 uses, so routers, systemd units and playbo
 without GPUs. It never loads a model; text is deterministic filler derived from the prompt.
 """
 
+# The source tree is release 0.1.0; tests/sandbox/wheelhouse.py rewrites this line (and pyproject.toml's version)
+# in a copy for each release of releases.py, whose behaviour then follows the version (releases.current()).
 __version__ = "0.1.0"
 SGLANG_VERSION = "0.5.23"

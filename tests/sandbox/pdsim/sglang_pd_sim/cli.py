@@ -3,6 +3,8 @@
 Flags behave as argparse behaves in sglang: prefix matching is on (`--tp 4` is `--tp-size 4`, while
 `--cuda-graph-max-bs` is ambiguous), unknown flags and invalid choices exit with status 2.
 Simulator-only settings are environment variables (SGLANG_SIM_*) so they can never collide with a flag.
+The one exception is a release's own flags (releases.py: `--sim-v2-feature` of 0.2.x), added after the table so
+an older release refuses them exactly as an older sglang refuses a newer flag (exit 2, "unrecognized arguments").
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from importlib import resources
 
-from sglang_pd_sim import SGLANG_VERSION, __version__
+from sglang_pd_sim import SGLANG_VERSION, __version__, releases
 from sglang_pd_sim.answers import MODES as ANSWER_MODES
 
 FLAGS_TSV = "sglang_0_5_23_flags.tsv"
@@ -42,7 +44,7 @@ simulator knobs (environment variables, never flags):
   SGLANG_SIM_STALL_FOR=S        how long the stall lasts (unset, empty or inf: for good)
   sglang's own: SGLANG_HEALTH_CHECK_TIMEOUT=N (20), SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION (true),
   SGL_FORCE_SHUTDOWN
-  SGLANG_SIM_FAIL=LIST          failure injection, comma-separated:
+  SGLANG_SIM_FAIL=LIST          failure injection, comma-separated: (after the release's own defaults, releases.py)
       generate:CODE   every generation request answers HTTP CODE (e.g. generate:500)
       health:CODE     /health and /health_generate answer CODE at once (a static override; not 200: UnHealthy)
       crash-after:N   the process dies (exit 1, no cleanup) after N generation requests
@@ -219,8 +221,10 @@ def load_flag_table(text: str | None = None) -> list[FlagRow]:
     return rows
 
 
-def build_parser(rows: list[FlagRow] | None = None) -> argparse.ArgumentParser:
+def build_parser(rows: list[FlagRow] | None = None, version: str | None = None) -> argparse.ArgumentParser:
+    """The 0.5.23 table's flags plus those of the release VERSION (default: this package's own, releases.py)."""
     rows = rows if rows is not None else load_flag_table()
+    release = releases.release(version)[0] if version is not None else releases.current()[0]
     parser = argparse.ArgumentParser(
         prog="sglang-pd-sim",
         description=(
@@ -260,6 +264,8 @@ def build_parser(rows: list[FlagRow] | None = None) -> argparse.ArgumentParser:
             if row.required:
                 kwargs["required"] = True
         parser.add_argument(*row.flags, **kwargs)
+    for flag, kwargs in release.flags:  # flags only this release knows (not sglang's: the simulator's own)
+        parser.add_argument(flag, **kwargs)
     return parser
 
 
@@ -428,9 +434,14 @@ def _env_bool(env, name: str, default: bool, problems: list[str]) -> bool:
     return default
 
 
-def load_knobs(env=None) -> Knobs:
+def load_knobs(env=None, version: str | None = None) -> Knobs:
+    """The knobs from ENV; the release VERSION (default: this package's own) adds its default SGLANG_SIM_FAIL
+    items before the environment's (0.2.1: `health:503`, sglang's alive-but-never-healthy failed upgrade)."""
     env = os.environ if env is None else env
     problems: list[str] = []
+    release, unknown = releases.release(version) if version is not None else releases.current()
+    if unknown:
+        problems.append(unknown)
     knobs = Knobs(
         startup_delay=_env_float(env, "SGLANG_SIM_STARTUP_DELAY", 0.0, problems),
         token_latency=_env_float(env, "SGLANG_SIM_TOKEN_LATENCY", 0.0, problems),
@@ -451,7 +462,7 @@ def load_knobs(env=None) -> Knobs:
         health_check_timeout=_env_health_timeout(env, problems),
         health_endpoint_generation=_env_bool(env, "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", True, problems),
         architecture=env.get("SGLANG_SIM_ARCH") or "DeepseekV4ForCausalLM",
-        raw_fail=env.get("SGLANG_SIM_FAIL", ""),
+        raw_fail=",".join(filter(None, (*release.fail, env.get("SGLANG_SIM_FAIL", "")))),
         answers=env.get("SGLANG_SIM_ANSWERS", ""),
         answer_error_rate=_env_float(env, "SGLANG_SIM_ANSWER_ERROR_RATE", 0.0, problems),
         problems=problems,
