@@ -477,6 +477,123 @@ def test_scale_in_scale_out_and_rename_under_load(cluster, capsys):
     report(capsys, "day 2 steps:\n" + "\n".join(table))
 
 
+# Issue 20, items 4-6: engine upgrades on the same deployment, under the rolling load. The engine is the simulator,
+# whose wheelhouse holds 0.1.0, 0.2.0 (with --sim-v2-feature, a flag 0.1.0 refuses) and 0.2.1 (alive, never healthy:
+# tests/sandbox/pdsim/sglang_pd_sim/releases.py); the sandbox inventory declares the three compatible. Each package
+# set gets its own venv: --tags deps builds 0.2.0's beside the running one (no unit restarts, though the decodes'
+# new flag only 0.2.0 knows); the full run rolls every worker onto it; then 0.2.1 is tried and rolled back to 0.2.0
+# after its first batch stays unhealthy. The router runs its own venv and never restarts; no request fails.
+ENGINE_PACKAGES = ["nvidia-ml-py==13.615.71", "sglang-pd-sim=={}", "numpy"]
+VENVS = "/opt/sglang/venvs"
+
+
+SERVER_VERSION = "sed -n 's/^[Ss]erver: sglang-pd-sim\\/\\([^ ]*\\).*/\\1/p'"
+V2_FLAG = "--sim-v2-feature"
+
+
+def _engines(cluster):
+    """{unit@host: (the venv its record names, the venv its process runs, the version the process reports, whether
+    its command line has the flag only 0.2.x knows)}, of every worker."""
+    found = {}
+    for h in cluster["layout"]["prefill"] + cluster["layout"]["decode"]:
+        host = h["name"]
+        for path in on(host, "ls /var/lib/disagg-sglang/deployed/*.json").split():
+            record = json.loads(on(host, f"cat {path}"))
+            if record.get("role") not in ("prefill", "decode"):
+                continue
+            pid = on(host, f"systemctl show -P MainPID {record['unit']}.service").strip()
+            argv = on(host, f"tr '\\0' ' ' < /proc/{pid}/cmdline").split()
+            venv = next((t.removesuffix("/bin/python") for t in argv if t.endswith("/bin/python")), None)
+            head = f"curl -s -o /dev/null -D - --noproxy '*' -m 10 {record['health_url']}"
+            version = on(host, f"{head} | {SERVER_VERSION}").strip()
+            found[f"{record['unit']}@{host}"] = (record["python"].removesuffix("/bin/python"), venv, version,
+                                                 V2_FLAG in argv)  # fmt: skip
+    return found
+
+
+def _venv_version(host, venv):
+    script = "import importlib.metadata as m; print(m.version('sglang-pd-sim'))"
+    return on(host, f'{venv}/bin/python -c "{script}"').strip()
+
+
+def _step_line(name, result, rerun):
+    return (f"  {name:<36} sent {result['total']:>5}  failed {result['total'] - result['ok']:>3}  "
+            f"rerun changed {sum(c['changed'] for c in rerun.values())}")  # fmt: skip
+
+
+def _started(engines):
+    return {k: started_at(k.split("@")[1], k.split("@")[0]) for k in engines}
+
+
+def test_engine_upgrade_and_a_failed_upgrade_rolled_back_under_load(cluster, capsys):
+    router_host = router(cluster)
+    router_record = "cat /var/lib/disagg-sglang/deployed/sglang-router.json"
+    router_started = started_at(router_host, "sglang-router")
+    router_python = json.loads(on(router_host, router_record))["python"]
+    before = _engines(cluster)
+    v1_venvs = {e[0] for e in before.values()}
+    assert len(v1_venvs) == 1 and all(e[2] == "0.1.0" and not e[3] for e in before.values()), before
+    decode_flags = {**cluster["vars"].get("sglang_decode_extra_flags", {}), V2_FLAG.removeprefix("--"): True}
+    v2 = {"sglang_deps_packages": [p.format("0.2.0") for p in ENGINE_PACKAGES],
+          "sglang_decode_extra_flags": decode_flags}  # fmt: skip
+    hosts = [h["name"] for h in cluster["layout"]["prefill"] + cluster["layout"]["decode"]]
+    table = []
+
+    # --tags deps: the new venv is built and verified beside the running one; the preflight cannot check the decodes'
+    # new flag with 0.1.0's parser and does not try (the venv that will run them is not there yet); nothing restarts.
+    starts = _started(before)
+    deps = playbook(cluster, {**cluster["vars"], **v2}, "--tags", "deps")
+    assert _engines(cluster) == before, "--tags deps changed what runs"
+    assert _started(before) == starts, "--tags deps restarted a unit"
+    built = {host: [n for n in on(host, f"ls {VENVS}").split() if n.startswith("engine-")] for host in hosts}
+    assert all(len(names) == 2 for names in built.values()), built
+    table.append(f"  {'--tags deps: 0.2.0 built beside':<36} rc 0 in {deps.seconds:.0f} s, nothing restarted")
+
+    # The upgrade: every worker rolls onto 0.2.0's venv, prefill first; the decodes get the flag only 0.2.0 knows.
+    output, result = converge_under_load(cluster, v2, ROLLING_LOAD)
+    order = restart_order(output)
+    after = _engines(cluster)
+    rerun = recap(playbook(cluster, cluster["vars"]).stdout)
+    table.append(_step_line("upgrade 0.1.0 -> 0.2.0", result, rerun))
+    report(capsys, "engine: " + table[-1].strip())
+    want = ["sglang-prefill0", "sglang-prefill1", "sglang-decode0", "sglang-decode1"]
+    assert [u.split("@")[0] for u in order] == want, order
+    assert result["errors"] == {} and result["ok"] == result["total"] >= 300, result["errors"]
+    v2_venvs = {e[0] for e in after.values()}
+    assert len(v2_venvs) == 1 and v2_venvs != v1_venvs, after
+    for key, (record_venv, process_venv, version, flag) in after.items():
+        assert record_venv == process_venv and version == "0.2.0", (key, after[key])
+        assert flag is key.startswith("sglang-decode"), (key, after[key])
+        assert _venv_version(key.split("@")[1], record_venv) == "0.2.0", key
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in rerun.values()), rerun
+
+    # A failed upgrade: 0.2.1 comes up alive and never healthy. The first batch (prefill0) is rolled back to its
+    # previous unit file, which names 0.2.0's venv; the other batches are left alone; the run fails, loses nothing.
+    v21 = {"sglang_deps_packages": [p.format("0.2.1") for p in ENGINE_PACKAGES]}
+    output, result = converge_under_load(cluster, v21, ROLLING_LOAD, succeed=False)
+    order = restart_order(output)
+    workers = get_json(router_host, "http://127.0.0.1:8000/workers")["workers"]
+    rolled_back = _engines(cluster)
+    rerun = recap(playbook(cluster, cluster["vars"]).stdout)
+    table.append(_step_line("failed upgrade 0.2.0 -> 0.2.1", result, rerun))
+    report(capsys, "engine: " + table[-1].strip())
+    assert order and order[0].startswith("sglang-prefill0@"), order
+    assert "did not become healthy after its change" in output, output[-5000:]
+    assert "the old configuration serves again" in output, output[-5000:]
+    assert result["errors"] == {} and result["ok"] == result["total"] >= 300, result["errors"]
+    assert rolled_back == after, (rolled_back, after)
+    assert len(workers) == 4 and all(w["is_healthy"] for w in workers), workers
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in rerun.values()), rerun
+    # Kept on each host: the venv in use (0.2.0's) and the one built last (0.2.1's); 0.1.0's is gone. The router kept
+    # its own venv and its process throughout.
+    for host in hosts:
+        engines = {f"{VENVS}/{n}" for n in on(host, f"ls {VENVS}").split() if n.startswith("engine-")}
+        assert len(engines) == 2 and v2_venvs < engines and not engines & v1_venvs, (host, engines)
+    assert json.loads(on(router_host, router_record))["python"] == router_python
+    assert started_at(router_host, "sglang-router") == router_started, "the router restarted"
+    report(capsys, "engine upgrade steps:\n" + "\n".join(table))
+
+
 def playbook(cluster, extra_vars, *args, check=True):
     path = cluster["inventory"].parent / f"vars-{time.monotonic_ns()}.json"
     path.write_text(json.dumps(extra_vars))
