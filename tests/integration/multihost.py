@@ -2,7 +2,7 @@
 
 Four sandbox hosts, each its own machine with its own GPU box (tests/sandbox/topologies):
 
-    NAME-1  cpu-only        router                        (no GPU, only sglang-router installed)
+    NAME-1  cpu-only        router                        (no GPU, only the router's venv)
     NAME-2  rtxpro6000-8x   prefill0 (GPUs 0-3, node 0), prefill1 (GPUs 4-7, node 1)
     NAME-3  rtxpro6000-8x   decode0
     NAME-4  rtxpro6000-4x   decode1  (another GPU box: one socket, four GPUs)

@@ -98,9 +98,11 @@ for f in sglang-*.service; do
   systemctl show -p Id -p ActiveState -p SubState -p UnitFileState -p MainPID \
     -p ExecMainStartTimestampMonotonic -p NRestarts "$f" | sort | tr '\n' ' '; echo
 done
-echo "== venv"
-/opt/sglang/venv/bin/python -m pip freeze --all --disable-pip-version-check | sha256sum
-ls -l --time-style=+%s /opt/sglang/venv/lib/python3*/site-packages | sha256sum
+echo "== venvs"; ls /opt/sglang/venvs
+for v in /opt/sglang/venvs/*/; do
+  "$v/bin/python" -m pip freeze --all --disable-pip-version-check | sha256sum
+  ls -l --time-style=+%s "$v"lib/python3*/site-packages | sha256sum
+done
 """
 
 

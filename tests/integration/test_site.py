@@ -36,10 +36,16 @@ def sandbox(tmp_path_factory):
     """A converged sandbox host and an inventory for it (the sandbox inventory's group_vars)."""
     up(SANDBOX, hosts=2)
     inv = write_inventory(tmp_path_factory.mktemp("inventory"), SANDBOX, HOST)
+    # A first install whose decode has a flag the installed engine refuses (only the simulator's 0.2.x knows it):
+    # the preflight has no venv to check with yet; the check right after deps refuses it before any unit starts.
+    refused = run([str(VENV_BIN / "ansible-playbook"), "-i", str(inv), "site.yml",
+                   "-e", json.dumps({"sglang_decode_extra_flags": {"sim-v2-feature": True}})], check=False)  # fmt: skip
+    units_after_refusal = run(["ssh", "-F", str(ssh_config(SANDBOX)), HOST,
+                               "ls /etc/systemd/system | grep '^sglang-' || true"]).stdout.split()  # fmt: skip
     first = run([str(VENV_BIN / "ansible-playbook"), "-i", str(inv), "site.yml"])
     print(f"first converge recap: {recap(first.stdout)}")
     yield {"inventory": str(inv), "ssh_config": str(ssh_config(SANDBOX)), "first": first.stdout,
-           "first_stderr": first.stderr}  # fmt: skip
+           "first_stderr": first.stderr, "refused": refused, "units_after_refusal": units_after_refusal}  # fmt: skip
     down(SANDBOX)
 
 
@@ -64,6 +70,15 @@ def start_times(sandbox):
 def unit_sums(sandbox):
     out = on_host(sandbox, "sha256sum " + " ".join(f"/etc/systemd/system/{u}.service" for u in UNITS))
     return dict(line.split()[::-1] for line in out.splitlines())
+
+
+def test_a_first_install_with_a_flag_the_engine_refuses_fails_before_any_unit_starts(sandbox):
+    refused = sandbox["refused"]
+    assert refused.returncode != 0
+    assert "sim-v2-feature" in refused.stdout and "unrecognized arguments" in refused.stdout, refused.stdout[-4000:]
+    # the flags were checked after deps built the venv (the preflight had none to check with), and nothing started
+    assert "TASK [Check the worker command lines the preflight could not check" in refused.stdout
+    assert sandbox["units_after_refusal"] == [], sandbox["units_after_refusal"]
 
 
 def test_rerun_changes_nothing_and_restarts_nothing(sandbox):
