@@ -32,8 +32,8 @@ def settings_problems(inputs):
     problems = rules.model_path_problems(s.get("model_path"))
     if not s.get("venv"):
         problems.append(
-            "this run's venvs are not named (sglang_venvs is not set): the sglang_deps role's preflight names them "
-            "from the package lists; run disagg.sglang.site, or the sglang_deps role before this one"
+            "this run's venvs are not named (sglang_deps_venv_paths is not set): the sglang_deps role's preflight "
+            "names them from the package lists; run disagg.sglang.site, or the sglang_deps role before this one"
         )
     problems += rules.health_wait_problems(s.get("health_timeout"), s.get("health_poll"))
     problems += rules.drain_timeout_problems(s.get("drain_timeout"), s.get("stop_timeout"))

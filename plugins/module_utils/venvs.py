@@ -59,7 +59,7 @@ def venvs(inputs):
 def engine_of(module, packages):
     """The engine a unit running `python -m MODULE` runs, from the package lists: {dist, version}; version is
     None unless the distribution whose name is MODULE's top package is pinned with ==."""
-    dist = normalize(str(module or "").split(".")[0])
+    dist = normalize(str(module or "").split(".", maxsplit=1)[0])
     version = None
     for requirement in packages or []:
         match = _NAME.match(str(requirement))

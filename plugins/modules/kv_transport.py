@@ -141,7 +141,7 @@ EXAMPLES = r"""
 
 - name: One pair per path class between the placed workers, as the service user under the units' hardening
   disagg.sglang.kv_transport:
-    venv: "{{ sglang_venvs.engine }}"
+    venv: "{{ sglang_deps_venv_paths.engine }}"
     prefill_gpus: [0, 1, 2, 3]
     decode_gpus: [4, 5, 6, 7]
     min_gbps: "{{ sglang_kv_min_gbps }}"

@@ -562,8 +562,8 @@ def test_engine_upgrade_and_a_failed_upgrade_rolled_back_under_load(cluster, cap
     v2_venvs = {e[0] for e in after.values()}
     assert len(v2_venvs) == 1 and v2_venvs != v1_venvs, after
     for key, (record_venv, process_venv, version, flag) in after.items():
-        assert record_venv == process_venv and version == "0.2.0", (key, after[key])
-        assert flag is key.startswith("sglang-decode"), (key, after[key])
+        assert record_venv == process_venv and version == "0.2.0", (key, record_venv, process_venv, version)
+        assert flag is key.startswith("sglang-decode"), (key, flag)
         assert _venv_version(key.split("@")[1], record_venv) == "0.2.0", key
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in rerun.values()), rerun
 

@@ -62,9 +62,9 @@ def host_vars(inventory="inventories/sandbox", host="pytest-badinv-1", groups=GR
     names = {"dir": "sglang_venvs_dir", "packages": "sglang_deps_packages", "nodeps": "sglang_deps_packages_nodeps",
              "router_packages": "sglang_deps_router_packages", "python": "sglang_deps_python",
              "wheelhouse": "sglang_deps_wheelhouse", "module": "sglang_server_module"}  # fmt: skip
-    if "sglang_venvs" not in variables:
+    if "sglang_deps_venv_paths" not in variables:
         try:
-            variables["sglang_venvs"] = venvs.venvs({key: resolve(name) for key, name in names.items()})
+            variables["sglang_deps_venv_paths"] = venvs.venvs({key: resolve(name) for key, name in names.items()})
         except (TypeError, ValueError, KeyError):  # a bad value is the variable table's message, not ours
-            variables["sglang_venvs"] = {}
+            variables["sglang_deps_venv_paths"] = {}
     return templar, variables, resolve

@@ -52,7 +52,8 @@ def run_play(tmp_path, *args, **extra):
         for group in spec["groups"]:
             children.setdefault(group, {"hosts": {}})["hosts"][name] = {"sglang_worker_units": spec["units"]}
     # a venv that is not there: the probe on the host with both roles skips saying so, and runs nothing
-    variables = {"sglang_venvs": {"engine": str(tmp_path / "no-venv")}, "sglang_model_path": "/models/m", **extra}
+    venvs = {"engine": str(tmp_path / "no-venv")}
+    variables = {"sglang_deps_venv_paths": venvs, "sglang_model_path": "/models/m", **extra}
     return local_play(tmp_path, children, PLAY, variables, *args)
 
 

@@ -54,7 +54,7 @@ def run_sim(tree: Path, *args: str) -> subprocess.CompletedProcess:
 def test_the_table():
     assert list(releases.RELEASES) == ["0.1.0", "0.2.0", "0.2.1"]
     assert releases.RELEASES["0.1.0"].flags == () and releases.RELEASES["0.1.0"].fail == ()
-    assert [f for f, _ in releases.RELEASES["0.2.0"].flags] == ["--sim-v2-feature"]
+    assert [flag for flag, _kwargs in releases.RELEASES["0.2.0"].flags] == ["--sim-v2-feature"]
     assert releases.RELEASES["0.2.0"].fail == ()
     assert releases.RELEASES["0.2.1"].flags == releases.RELEASES["0.2.0"].flags
     assert releases.RELEASES["0.2.1"].fail == ("health:503",)
@@ -131,7 +131,7 @@ def test_default_failures_and_the_environments_added_after():
 def test_0_2_1_is_alive_and_never_healthy(sims, release_trees):
     sim = sims.start("null", src=release_trees["0.2.1"], healthy=False)
     sim.wait_healthy()  # /ready: 200 until a health check fails (SGLANG_SIM_FAIL=health:CODE)
-    for _ in range(3):
+    for _attempt in range(3):
         assert http("GET", sim.url("/health"))[0] == 503
         assert http("GET", sim.url("/health_generate"))[0] == 503
     status, info = http("GET", sim.url("/server_info"))
