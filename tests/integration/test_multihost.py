@@ -454,19 +454,33 @@ def test_scale_in_scale_out_and_rename_under_load(cluster, capsys):
     table = []
     for (name, change, extra, retired), (hosts, n_workers) in zip(steps, expect, strict=True):
         change()
+        since = time.time()
         output, result = converge_under_load(cluster, extra, ROLLING_LOAD)
         said = re.findall(r"retire (sglang-\S+@\S+) \(", output)
         assert sorted(set(said)) == ([retired] if retired else []), (name, said)
+        # The change happened under the load: requests were in flight through the router when the retired instance
+        # got its SIGTERM (its own record at exit), or when the added one started.
+        if retired:
+            unit, host = retired.split("@")
+            journal = on(host, f"journalctl -u {unit}.service -o cat --since @{int(since)}", timeout=60)
+            exits = faults.lifecycle_lines(journal)
+            assert exits, f"{name}: {retired} wrote no record at exit"
+            moment = exits[-1]["sigterm"]["time"]
+        else:
+            moment = started_at(decode1_host, "sglang-decode1")
+        in_flight = in_flight_at(result, moment)
         # scale-in and -out change the router's list (handed to it through its API); the rename keeps prefill1's URL,
         # so the router's unit is unchanged and its end-of-run check puts the URL (now prefill2) back in
         assert ("only its worker list changed" in output) is (not name.startswith("rename")), name
         workers = get_json(router(cluster), "http://127.0.0.1:8000/workers")["workers"]
         rerun = recap(playbook(cluster, cluster["vars"]).stdout)
         table.append(f"  {name:<30} sent {result['total']:>5}  failed {result['total'] - result['ok']:>3}  "
+                     f"in flight at the change {in_flight:>2}  "
                      f"router lists {len(workers)} ({sum(w['is_healthy'] for w in workers)} healthy)  "
                      f"rerun changed {sum(c['changed'] for c in rerun.values())}")  # fmt: skip
         report(capsys, "day 2: " + table[-1].strip())
-        assert result["errors"] == {} and result["ok"] == result["total"] >= 300, (name, result["errors"])
+        assert result["errors"] == {} and result["ok"] == result["total"] >= 100, (name, result["errors"])
+        assert in_flight >= MIN_IN_FLIGHT, f"{name}: only {in_flight} requests in flight through the router then"
         assert started_at(router(cluster), "sglang-router") == router_started, f"{name}: the router restarted"
         assert len(workers) == n_workers and all(w["is_healthy"] for w in workers), (name, workers)
         for host, units in hosts.items():
@@ -556,8 +570,9 @@ def test_engine_upgrade_and_a_failed_upgrade_rolled_back_under_load(cluster, cap
     rerun = recap(playbook(cluster, cluster["vars"]).stdout)
     table.append(_step_line("upgrade 0.1.0 -> 0.2.0", result, rerun))
     report(capsys, "engine: " + table[-1].strip())
-    want = ["sglang-prefill0", "sglang-prefill1", "sglang-decode0", "sglang-decode1"]
-    assert [u.split("@")[0] for u in order] == want, order
+    # prefill first, then decode, each by host and unit (rolling.rolling_plan); the names are the day-2 test's
+    by_host = sorted(before, key=lambda k: (not k.startswith("sglang-prefill"), k.split("@")[1], k.split("@")[0]))
+    assert order == by_host, order
     assert result["errors"] == {} and result["ok"] == result["total"] >= 300, result["errors"]
     v2_venvs = {e[0] for e in after.values()}
     assert len(v2_venvs) == 1 and v2_venvs != v1_venvs, after
