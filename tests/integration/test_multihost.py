@@ -459,7 +459,8 @@ def test_scale_in_scale_out_and_rename_under_load(cluster, capsys):
         said = re.findall(r"retire (sglang-\S+@\S+) \(", output)
         assert sorted(set(said)) == ([retired] if retired else []), (name, said)
         # The change happened under the load: requests were in flight through the router when the retired instance
-        # got its SIGTERM (its own record at exit), or when the added one started.
+        # got its SIGTERM (its own record at exit), or when the router first routed to the added one (load.py's
+        # --workers timeline of the router's healthy workers).
         if retired:
             unit, host = retired.split("@")
             journal = on(host, f"journalctl -u {unit}.service -o cat --since @{int(since)}", timeout=60)
@@ -467,7 +468,10 @@ def test_scale_in_scale_out_and_rename_under_load(cluster, capsys):
             assert exits, f"{name}: {retired} wrote no record at exit"
             moment = exits[-1]["sigterm"]["time"]
         else:
-            moment = started_at(decode1_host, "sglang-decode1")
+            url = worker_url(cluster, "sglang-decode1", decode1_host)
+            joined = [t for t, state in result["workers"] if url in state.split(",")]
+            assert joined, f"{name}: the router never routed to {url} while the load ran"
+            moment = result["t0"] + joined[0]
         in_flight = in_flight_at(result, moment)
         # scale-in and -out change the router's list (handed to it through its API); the rename keeps prefill1's URL,
         # so the router's unit is unchanged and its end-of-run check puts the URL (now prefill2) back in
