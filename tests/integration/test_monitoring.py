@@ -40,6 +40,7 @@ RATE = "3m"  # $__rate_interval of the live queries: wide enough to still hold t
 KV_ALERT = "SGLangKVTransferFailures"
 PREFILL_PORT = 30000  # inventories/sandbox/group_vars/prefill.yml
 DECODE_PORT = 30001  # inventories/sandbox/group_vars/decode.yml
+PREFILL_BOOTSTRAP_PORT = 8998  # inventories/sandbox/group_vars/prefill.yml
 KV_ALERT_WAIT = 60  # seconds: decode's handoff timeout (3 s) per request, a scrape, an evaluation, with room
 
 
@@ -251,6 +252,15 @@ def traffic(deployment):
     on_host("systemctl stop sglang-prefill0")
     try:
         print(f"prefill stopped: {[one(f'down {i}') for i in range(2)]}")
+        # The router's decode half of those may be cancelled when its prefill half fails first, before decode's
+        # bootstrap gives up: one request straight to decode, as the router sends it (the stopped prefill's
+        # bootstrap server and a room), makes decode count a failed bootstrap every time.
+        direct = {"text": "down direct", "sampling_params": {"max_new_tokens": 4}, "bootstrap_room": 7070707,
+                  "bootstrap_host": deployment["address"], "bootstrap_port": PREFILL_BOOTSTRAP_PORT}  # fmt: skip
+        decode = f"http://{deployment['address']}:{DECODE_PORT}/generate"
+        status = http_status("POST", decode, direct, 60)
+        print(f"straight to decode, bootstrap never connects: {status}")
+        assert status == 500, f"decode answered {status} for a room whose prefill is stopped"
         time.sleep(4)  # > 3 failed health checks at 2 s
     finally:
         on_host("systemctl start sglang-prefill0")

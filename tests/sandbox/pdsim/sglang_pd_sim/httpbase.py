@@ -63,6 +63,7 @@ class BaseHandler(BaseHTTPRequestHandler):
         self._note = ""
         self._first_token_at = None  # generation: when the first token was produced
         self._finished = False  # generation: the request ran to its end (a later disconnect is no abort)
+        self._settled = False  # its record and lifecycle entry are written (settle)
 
     def send_response(self, code, message=None):
         self._status = code
@@ -93,6 +94,9 @@ class BaseHandler(BaseHTTPRequestHandler):
         for k, v in (extra or {}).items():
             self.send_header(k, v)
         self.end_headers()
+        # a whole answer is on the books before its last byte leaves: a client that reads it and then asks
+        # /sim/requests or /sim/lifecycle finds it there (sglang counts a request before its response is sent)
+        self.settle()
         if self.command != "HEAD":
             self.wfile.write(body)
 
@@ -103,13 +107,13 @@ class BaseHandler(BaseHTTPRequestHandler):
         self.send_bytes(status, text.encode(), ctype)
 
     def dispatch(self) -> None:
-        t0 = time.time()
+        self._t0 = time.time()
         self.reset_request_state()
-        path = urlsplit(self.path).path
+        self._path = path = urlsplit(self.path).path
         # a generation request that reached the service, for GET /sim/lifecycle (start, end, completed)
-        entry = None
+        self._entry = None
         if self.server.listener == "http" and self.command == "POST" and path in GENERATION_ROUTES:
-            entry = self.state.life.begin(None, path)
+            self._entry = self.state.life.begin(None, path)
         try:
             self.route(path)
         except (BrokenPipeError, ConnectionResetError, ClientGone):
@@ -120,11 +124,18 @@ class BaseHandler(BaseHTTPRequestHandler):
             if self._status is None:
                 self.send_json(500, {"error": {"message": f"simulator error: {exc!r}"}})
         finally:
-            if entry is not None:
-                completed = self._finished and self._status == 200 and "client-gone" not in self._note
-                self.state.life.end(entry, rid=self._rid, status=self._status, completed=completed)
-            if not path.startswith("/sim/"):
-                self.finish_request(path, t0)
+            self.settle()  # a streamed answer (or none): once it has ended
+
+    def settle(self) -> None:
+        """The request's end, once: its lifecycle entry closed and its record written."""
+        if self._settled:
+            return
+        self._settled = True
+        if self._entry is not None:
+            completed = self._finished and self._status == 200 and "client-gone" not in self._note
+            self.state.life.end(self._entry, rid=self._rid, status=self._status, completed=completed)
+        if not self._path.startswith("/sim/"):
+            self.finish_request(self._path, self._t0)
 
     def finish_request(self, path: str, t0: float) -> None:
         dt = time.time() - t0
