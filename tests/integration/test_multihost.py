@@ -236,6 +236,24 @@ def prefill_kv_used(cluster):
     return used
 
 
+# A host that fails its preflight stops the run on every host (site.yml's preflight play is any_errors_fatal): the
+# prefill host, whose own preflight passed, is not converged to a plan that lacks the decodes.
+def test_a_host_failing_its_preflight_stops_every_host(cluster, capsys):
+    bad = {**cluster["vars"], "sglang_decode_extra_flags": {"no-such-sglang-flag": 1}}
+    proc = playbook(cluster, bad, check=False)
+    hosts = recap(proc.stdout)
+    decodes = {h["name"] for h in cluster["layout"]["decode"]}
+    prefills = {h["name"] for h in cluster["layout"]["prefill"]}
+    failed = sorted(h for h, counts in hosts.items() if counts.get("failed"))
+    report(capsys, f"one role's preflight failed: rc {proc.returncode}, {proc.seconds:.1f} s, failed {failed}, "
+                   f"changed {sum(c.get('changed', 0) for c in hosts.values())}")  # fmt: skip
+    assert proc.returncode != 0
+    assert "no-such-sglang-flag" in proc.stdout
+    assert decodes <= set(failed) and not prefills & set(failed), hosts
+    assert "PLAY [Dependencies]" not in proc.stdout, "a play after the preflight ran"
+    assert all(counts.get("changed", 0) == 0 for counts in hosts.values()), hosts
+
+
 def test_flag_change_rolls_out_without_a_failed_request(cluster, capsys):
     """One run changes a flag of prefill and decode: four rolling batches, prefill first, under one load."""
     flags = {"watchdog-timeout": 400 + int(time.time()) % 1000}  # a value this deployment has not had yet
