@@ -54,6 +54,12 @@ def deps_problems(packages, packages_nodeps, wheelhouse="", module=None, router_
     return problems
 
 
+def router_packages_problems(router_packages, impl):
+    """A router package list that lacks the router IMPL (sglang_router_impl) runs, or holds the other one
+    (rules.router_packages_problems)."""
+    return rules.router_packages_problems(router_packages, impl)
+
+
 def legacy_problems(values):
     """The removed variables an inventory still sets (see variables.removed_problems)."""
     return variables.removed_problems(dict(values or {}))
@@ -98,11 +104,32 @@ def systemd_line(tokens):
     return " ".join(sf.systemd_quote(t) for t in tokens)
 
 
-def router_flag_variables(router):
-    """The variables the router's own flags come from (sglang_flags.ROUTER_FLAGS), for its plan to read."""
-    if router != "sglang-router":
-        raise AnsibleFilterError(f"router_flag_variables: no flag table for router {router!r}")
-    return list(sf.ROUTER_FLAGS.values())
+def router_flag_variables(impl):
+    """The variables the flags of router IMPL (sglang_router_impl) come from (sglang_flags.ROUTER_IMPLS), for its
+    plan to read."""
+    try:
+        return list(sf.router_impl(impl)["flags"].values())
+    except sf.FlagError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def router_impl_running(deployed, planned_unit):
+    """The program the router host's deployed router unit runs (sglang_flags.running_impl): DEPLOYED is the host's
+    records (sglang_deployed), PLANNED_UNIT its planned router spec (sglang_router_unit)."""
+    planned = dict(planned_unit or {})
+    record = (deployed or {}).get(planned.get("unit")) if isinstance(deployed, dict) else None
+    return sf.running_impl(record, planned.get("impl", "sglang_router"))
+
+
+def router_verify_args(impl):
+    """verify_venv.py's arguments for the router venv of IMPL (sglang_router_impl): the module the unit runs, its
+    distribution, and the other routers' distributions, which must not be installed beside it."""
+    try:
+        row = sf.router_impl(impl)
+    except sf.FlagError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    others = ",".join(r["dist"] for name, r in sf.ROUTER_IMPLS.items() if name != impl)
+    return f"--router-module {row['module']} --router-dist {row['dist']} --other-router-dists {others}"
 
 
 def variable_pattern(role):
@@ -127,9 +154,12 @@ class FilterModule:
         return {
             "host_plan": host_plan,
             "router_plan": router_plan,
+            "router_verify_args": router_verify_args,
+            "router_impl_running": router_impl_running,
             "pd_problems": pd_problems,
             "profile_file": profile_file,
             "deps_problems": deps_problems,
+            "router_packages_problems": router_packages_problems,
             "venv_paths": venv_paths,
             "legacy_problems": legacy_problems,
             "venvs_to_remove": venvs_to_remove,

@@ -18,6 +18,7 @@ router's ``RouterArgs.from_cli_args``). The programs it knows (``PROGRAMS``):
   bare ``sglang`` module whose ``__path__`` is the installed directory) and torch, triton and zmq are
   answered by permissive stub modules, so it runs without a GPU and without importing torch.
 - ``sglang_router.launch_router``: ``sglang_router.launch_router.parse_router_args``.
+- ``smg.launch_router``: ``smg.launch_router.parse_router_args`` (SMG 1.13).
 - ``sglang_pd_sim`` (the sandbox's worker simulator): ``sglang_pd_sim.cli.parse_args``.
 
 ``--entry MOD:FUNC`` names any other such function (it must call ``ArgumentParser.parse_args``).
@@ -67,6 +68,8 @@ PROGRAMS = {
         "stubs": (),
         "bare": None,
     },
+    # SMG 1.13 (smg/launch_router.py): argparse over RouterArgs.add_cli_args, then RouterArgs.from_cli_args
+    "smg.launch_router": {"entry": "smg.launch_router:parse_router_args", "dist": "smg", "stubs": (), "bare": None},
     "sglang_pd_sim": {"entry": "sglang_pd_sim.cli:parse_args", "dist": "sglang-pd-sim", "stubs": (), "bare": None},
 }
 

@@ -308,8 +308,8 @@ def transition_problems(worker_specs, contracts, inputs):
 def router_plan(worker_specs, inputs):
     """Plan the router unit of one host from the planned worker specs of the whole deployment.
 
-    inputs: {host, settings (as host_plan's, for the service settings), flag_values ({variable: value} of the
-    variables of sglang_flags.ROUTER_FLAGS), extra_flags (as the user gave them),
+    inputs: {host, impl (sglang_router_impl), settings (as host_plan's, for the service settings), flag_values
+    ({variable: value} of the variables of the impl's flags, sglang_flags.ROUTER_IMPLS), extra_flags (as given),
     env, unit, ports ({variable: value} of its listeners),
     secrets, variables, conflicting_units, host_paths, listeners (as host_plan's)}. The router dials each worker at
     the spec's url (its advertise address).
@@ -332,6 +332,8 @@ def router_plan(worker_specs, inputs):
     problems = settings_problems(inputs)
     problems += rules.router_problems(host, prefills, decodes, inputs["ports"], sorted(local_ports))
     problems += rules.router_flag_problems(inputs.get("extra_flags"))
+    problems += rules.smg_shutdown_problems(inputs.get("impl"), inputs.get("flag_values"),
+                                            inputs["settings"].get("stop_timeout"))  # fmt: skip
     problems += rules.flags_shape_problems(inputs.get("extra_flags"), "sglang_router_extra_flags")
     problems += rules.env_problems(inputs.get("env"), "sglang_router_extra_env")
     problems += rules.privileged_port_problems(host, inputs["ports"], inputs["settings"].get("user"))
@@ -351,7 +353,10 @@ def router_plan(worker_specs, inputs):
             **inputs["settings"],
             "inventory_host": host,
             "unit": inputs.get("unit", "sglang-router"),
-            "flags": sf.router_flags(inputs.get("flag_values"), inputs.get("extra_flags")),
+            "impl": inputs.get("impl", "sglang_router"),
+            "flags": sf.router_flags(
+                inputs.get("flag_values"), inputs.get("extra_flags"), inputs.get("impl", "sglang_router")
+            ),
             "env": inputs.get("env") or {},
             "api_key_set": bool((inputs.get("secrets") or {}).get("sglang_router_api_key")),
             "hf_token_set": bool((inputs.get("secrets") or {}).get("sglang_hf_token")),

@@ -13,6 +13,12 @@ GET /workers answers {"workers": [{"id", "url", "worker_type", "is_healthy", ...
 {"url", "worker_type", "bootstrap_port", "api_key"} and DELETE /workers/{id} answer at once (200/202) and take
 effect in the background, so every change is waited for in the listing. A worker the router lists but has not
 health-checked yet is listed with is_healthy false.
+
+SMG 1.13 (smg-project/smg model_gateway/src/, checked against the smg 1.13.0 binary in the sandbox): the same
+routes; GET /workers lists each worker with a `status` (pending, ready, not_ready, failed, draining) beside
+is_healthy; POST /workers answers 202 and registers in the background, 409 while a worker of that URL is known or
+being added; DELETE /workers/{id} answers 202, lists the worker as draining for a fixed settle time (5 s), then
+drops it. A worker counts as healthy only when it is ready: a draining one is on its way out.
 """
 
 import json
@@ -65,8 +71,9 @@ def worker_problems(workers):
     return problems
 
 
-def listed(answer):
-    """[{id, url, worker_type, healthy}] from the router's GET /workers answer (a dict)."""
+def listed(answer, ready_statuses=None):
+    """[{id, url, worker_type, healthy}] from the router's GET /workers answer (a dict). READY_STATUSES: where the
+    router lists a status (SMG), a worker is healthy only with one of them."""
     workers = answer.get("workers") if isinstance(answer, dict) else None
     if not isinstance(workers, list):
         raise RouterApiError(f"GET /workers answered without a worker list: {str(answer)[:300]}")
@@ -75,7 +82,7 @@ def listed(answer):
             "id": str(w.get("id", "")),
             "url": str(w.get("url", "")),
             "worker_type": str(w.get("worker_type", "")),
-            "healthy": bool(w.get("is_healthy")),
+            "healthy": bool(w.get("is_healthy")) and (ready_statuses is None or w.get("status") in ready_statuses),
         }
         for w in workers
         if isinstance(w, dict)
@@ -172,7 +179,25 @@ class SglangRouter:
                                  f"{str(answer)[:300]}")  # fmt: skip
 
 
-IMPLEMENTATIONS = {SglangRouter.name: SglangRouter}
+class SmgRouter(SglangRouter):
+    """SMG 1.13's worker API: as sglang-router's, with a status per worker and 409 for a URL it already has."""
+
+    name = "smg"
+
+    def workers(self):
+        status, answer = self.call("GET", "/workers")
+        if status != 200:
+            raise RouterApiError(f"GET {self.url}/workers answered {status}: {str(answer)[:300]}")
+        return listed(answer, ready_statuses=("ready",))
+
+    def add(self, worker, worker_api_key):
+        status, answer = self.call("POST", "/workers", add_body(worker, worker_api_key))
+        # 409: SMG has the URL already, or is registering it (a POST of an earlier reading): the listing decides
+        if status not in (200, 201, 202, 409):
+            raise RouterApiError(f"POST {self.url}/workers ({worker['url']}) answered {status}: {str(answer)[:300]}")
+
+
+IMPLEMENTATIONS = {SglangRouter.name: SglangRouter, SmgRouter.name: SmgRouter}
 
 
 def converge(api, desired, state, options, *, sleep=time.sleep, clock=time.monotonic):

@@ -49,7 +49,7 @@ DERIVED_WORKER_FLAGS = {
     "node-rank": "one instance per host and role (multi-node instances are not planned by the collection)",
 }
 # Router flags the collection sets from a variable, and their other spellings: {flag: use instead}.
-DERIVED_ROUTER_FLAGS = {**sf.ROUTER_FLAGS, **sf.ROUTER_FLAG_ALIASES}
+DERIVED_ROUTER_FLAGS = {**sf.ROUTER_FLAGS, **sf.SMG_FLAGS, **sf.ROUTER_FLAG_ALIASES}
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 WORKER_PORT_KEYS = ("port", "bootstrap_port", "dist_init_port")
 
@@ -460,6 +460,17 @@ def router_problems(host, prefills, decodes, ports, local_worker_ports):
     return problems
 
 
+def smg_shutdown_problems(impl, flag_values, stop_timeout):
+    """SMG drains for sglang_router_smg_shutdown_grace_period after SIGTERM: below the unit's stop timeout
+    (sglang_stop_timeout), or systemd kills it mid-drain."""
+    grace = (flag_values or {}).get("sglang_router_smg_shutdown_grace_period")
+    if impl != "smg" or not _positive_int(grace) or not _positive_int(stop_timeout) or int(grace) < int(stop_timeout):
+        return []
+    return [f"sglang_router_smg_shutdown_grace_period ({grace}) must be below sglang_stop_timeout ({stop_timeout}): "
+            "SMG drains its requests for that long after SIGTERM, and systemd kills the router at the stop timeout, "
+            "mid-drain. Lower the grace period or raise sglang_stop_timeout"]  # fmt: skip
+
+
 def router_flag_problems(extra_flags):
     """Router extra flags that would put a secret on its command line, or set what a variable sets."""
     if not isinstance(extra_flags, dict):
@@ -479,6 +490,31 @@ def router_flag_problems(extra_flags):
 # --------------------------------------------------------------------------------------------------
 # dependencies
 # --------------------------------------------------------------------------------------------------
+
+
+def requirement_name(requirement):
+    """The distribution a pip requirement names, normalized (PEP 503): 'SGLang_Router==0.3.2' -> 'sglang-router'."""
+    return re.sub(r"[-_.]+", "-", re.split(r"[<>=!~ ;\[@]", requirement.strip(), maxsplit=1)[0]).lower()
+
+
+def router_packages_problems(router_packages, impl):
+    """The router's venv must hold the chosen router (sglang_router_impl) and no other: sglang-router 0.3.2 and smg
+    both ship an `smg` console script, so one venv with both runs whichever was installed last."""
+    if impl not in sf.ROUTER_IMPLS or not isinstance(router_packages, list):
+        return []
+    names = {requirement_name(p) for p in router_packages if isinstance(p, str)}
+    want = sf.ROUTER_IMPLS[impl]["dist"]
+    others = sorted(row["dist"] for name, row in sf.ROUTER_IMPLS.items() if name != impl and row["dist"] in names)
+    problems = []
+    if want not in names:
+        problems.append(f"sglang_deps_router_packages ({', '.join(router_packages) or 'empty'}) does not install "
+                        f"{want}, the router sglang_router_impl ({impl}) runs: list {want} pinned with ==, or leave "
+                        "sglang_deps_router_packages unset (it follows sglang_deps_router_impl_packages)")  # fmt: skip
+    if others:
+        problems.append(f"sglang_deps_router_packages lists {' and '.join(others)} beside {want} (sglang_router_impl "
+                        f"{impl}): the two routers both ship an `smg` command and are never installed together. "
+                        f"Remove {' and '.join(others)}")  # fmt: skip
+    return problems
 
 
 def deps_problems(packages, packages_nodeps, wheelhouse, router_packages=None):

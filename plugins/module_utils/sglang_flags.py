@@ -141,20 +141,69 @@ ROUTER_FLAGS = {
     "health-failure-threshold": "sglang_router_health_failure_threshold",
     "retry-max-retries": "sglang_router_retry_max_retries",
 }
-# Router flags (sglang-router 0.3.2's launch_router) that would set one of the above under another name.
+# SMG 1.13's routing settings whose defaults change PD behaviour (smg 1.13.0 wheel, smg/router_args.py), each written
+# out from one variable of the router role (docs/variables.md and roles/sglang_router/defaults say why each value).
+# A switch set false renders its off spelling (SWITCH_OFF), so both states stand on the command line.
+SMG_FLAGS = {
+    "worker-overload-protection": "sglang_router_smg_overload_protection",
+    "worker-overload-waiting-requests": "sglang_router_smg_overload_waiting_requests",
+    "worker-overload-token-usage": "sglang_router_smg_overload_token_usage",
+    "worker-stall-secs": "sglang_router_smg_worker_stall_secs",
+    "worker-wedge-secs": "sglang_router_smg_worker_wedge_secs",
+    "pd-admission-wait-secs": "sglang_router_smg_pd_admission_wait_secs",
+    "upstream-pool-idle-timeout-secs": "sglang_router_smg_upstream_pool_idle_timeout",
+    "shutdown-grace-period-secs": "sglang_router_smg_shutdown_grace_period",
+}
+SWITCH_OFF = {"worker-overload-protection": "disable-worker-overload-protection"}
+
+# The router programs (sglang_router_impl): the module the unit runs (python -m), its distribution, and the flags
+# the collection sets on it ({flag: variable}). Both take the same PD syntax (--pd-disaggregation --prefill URL PORT
+# --decode URL) and the ROUTER_FLAGS.
+ROUTER_IMPLS = {
+    "sglang_router": {"module": "sglang_router.launch_router", "dist": "sglang-router", "flags": ROUTER_FLAGS},
+    "smg": {"module": "smg.launch_router", "dist": "smg", "flags": {**ROUTER_FLAGS, **SMG_FLAGS}},
+}
+# Router flags (sglang-router 0.3.2's and SMG's launch_router) that would set one of the above under another name.
 ROUTER_FLAG_ALIASES = {
     "policy": "sglang_router_prefill_policy and sglang_router_decode_policy",
     "model-path": "sglang_router_tokenizer_path",
+    "disable-worker-overload-protection": "sglang_router_smg_overload_protection",
 }
 
 
-def router_flags(values, extra_flags=None):
-    """The router's flags: ROUTER_FLAGS from their variables' values ({variable: value}), then the user's extra
-    flags (which the rules keep off ROUTER_FLAGS)."""
-    missing = sorted(v for v in ROUTER_FLAGS.values() if v not in (values or {}))
+def router_impl(name):
+    """The row of ROUTER_IMPLS for sglang_router_impl NAME; FlagError naming the choices for another."""
+    if name not in ROUTER_IMPLS:
+        raise FlagError(f"sglang_router_impl {name!r} is not a router this collection runs: one of "
+                        f"{', '.join(ROUTER_IMPLS)}")  # fmt: skip
+    return ROUTER_IMPLS[name]
+
+
+def running_impl(record, planned_impl):
+    """The router program a deployed router unit runs: its record's impl (records before SMG name only the module),
+    or PLANNED_IMPL where there is no record. A run that switches routers talks to the running one until it
+    restarts it."""
+    if not isinstance(record, dict) or not record:
+        return planned_impl
+    if record.get("impl") in ROUTER_IMPLS:
+        return record["impl"]
+    return next((name for name, row in ROUTER_IMPLS.items() if row["module"] == record.get("module")), planned_impl)
+
+
+def router_flags(values, extra_flags=None, impl="sglang_router"):
+    """The router's flags: the flags of IMPL (ROUTER_IMPLS) from their variables' values ({variable: value}), then
+    the user's extra flags (which the rules keep off those)."""
+    table = router_impl(impl)["flags"]
+    missing = sorted(v for v in table.values() if v not in (values or {}))
     if missing:
         raise FlagError(f"the router's plan was given no value for {', '.join(missing)}")
-    own = {flag: values[variable] for flag, variable in ROUTER_FLAGS.items()}
+    own = {}
+    for flag, variable in table.items():
+        value = values[variable]
+        if value is False and flag in SWITCH_OFF:
+            own[SWITCH_OFF[flag]] = True
+        else:
+            own[flag] = value
     return merge_flags(own, extra_flags if isinstance(extra_flags, dict) else {})
 
 

@@ -281,6 +281,8 @@ def router_unit(prefills, decodes, settings):
     and the service settings of worker_units.
     """
     lines = sf.router_lines(prefills, decodes, settings["flags"])
+    impl = settings.get("impl", "sglang_router")
+    module = sf.router_impl(impl)["module"]
     venv = settings.get("router_venv") or settings["venv"]  # the router's own venv (venvs.py)
     flags = settings["flags"]
     secret_env = {}
@@ -300,8 +302,9 @@ def router_unit(prefills, decodes, settings):
         "description": f"SGLang router: {len(prefills)} prefill, {len(decodes)} decode",
         "after": ["network-online.target"],
         "python": f"{venv}/bin/python",
-        "module": "sglang_router.launch_router",
-        "exec": secret_launcher([f"{venv}/bin/python", "-m", "sglang_router.launch_router"], env_flags),
+        "impl": impl,
+        "module": module,
+        "exec": secret_launcher([f"{venv}/bin/python", "-m", module], env_flags),
         "lines": lines,
         "flags": dict(flags),
         "env": dict(settings.get("env") or {}),
@@ -336,8 +339,8 @@ def restart_key(spec):
 # The record of a deployed unit (roles/sglang/tasks/units.yml writes it beside the unit, with a backup as the unit
 # file has; the preflight reads every record of a host): what the next run, the removal of an instance, the bench
 # and monitoring roles need to know of it, as data.
-RECORD_KEYS = ("unit", "name", "role", "host", "url", "health_url", "metrics_url", "python", "module", "engine",
-               "kv_contract", "port",
+RECORD_KEYS = ("unit", "name", "role", "host", "url", "health_url", "metrics_url", "python", "module", "impl",
+               "engine", "kv_contract", "port",
                "bootstrap_port", "gpus", "environment_file", "expected_workers", "restart_key",
                "worker_urls")  # fmt: skip
 

@@ -27,7 +27,7 @@ options:
     description: Which router answers at O(url).
     type: str
     default: sglang_router
-    choices: [sglang_router]
+    choices: [sglang_router, smg]
   workers:
     description:
       - The workers to add or take out, each with C(url), C(worker_type) (C(prefill) or C(decode)) and, for a

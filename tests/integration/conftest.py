@@ -26,3 +26,19 @@ def sandbox_root():
             "(make test does); these tests are not skipped",
             pytrace=False,
         )
+
+
+def router_impl_of(item):
+    """The router program a test item runs against (its router_impl parameter), or None."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("router_impl") if callspec else None
+
+
+def pytest_collection_modifyitems(items):
+    """Within each module, the items that run against SMG (router_impl "smg") come after all others, in file order:
+    the module's deployment switches routers once (test_multihost.py's router_impl fixture), never back."""
+    modules = {}
+    for index, item in enumerate(items):
+        modules.setdefault(item.module.__name__ if item.module else "", index)
+    items.sort(key=lambda item: (modules[item.module.__name__ if item.module else ""],
+                                 router_impl_of(item) == "smg"))  # fmt: skip

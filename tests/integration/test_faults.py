@@ -21,6 +21,7 @@ The counts and times of each fault are printed (also under `make test`, bypassin
 """
 
 import json
+import re
 import shlex
 import subprocess
 import time
@@ -257,3 +258,34 @@ def test_a_decode_push_that_fails_rolls_back_and_keeps_serving(host, capsys, fai
         if unit_sha256(host, unit) != before:  # no rollback happened: put the deployment back for what follows
             run([str(VENV_BIN / "ansible-playbook"), "-i", host["inventory"], "site.yml", "-e", f"@{host['quick']}"],
                 check=False)  # fmt: skip
+
+
+# Issue 22: SMG 1.13 in front of this 1P1D deployment (the module's last test: it leaves SMG in place). SMG's
+# overload protection leaves a worker out of routing by its queue and KV (the simulator's /v1/loads, as sglang
+# 0.5.23's) and holds PD requests for a decode slot; with one prefill and one decode, leaving one out must never
+# become a 503. The burst: 64 requests at once against one prefill that serves one at a time (0.2 s each), so its
+# queue is far past any waiting threshold for seconds, while the decode takes all of them.
+BURST = ["--max-new-tokens", "64", "run", "--requests", "64", "--concurrency", "64", "--timeout", "120",
+         "--deadline", "150"]  # fmt: skip
+SMG_SHED = re.compile(r'^smg_worker_overload_shed_total\{stage="(\w+)"\} (\S+)$', re.M)
+
+
+def test_smg_in_front_of_1p1d_takes_a_burst_of_64_without_a_503(host, capsys):
+    prefill_env = {"SGLANG_SIM_TOKEN_LATENCY": TOKEN_LATENCY, "SGLANG_SIM_PREFILL_LATENCY": "0.2",
+                   "SGLANG_SIM_PREFILL_SLOTS": "1"}  # fmt: skip
+    queued = {**QUICK, "sglang_router_impl": "smg", "sglang_prefill_extra_env": prefill_env}
+    started = time.monotonic()
+    run([str(VENV_BIN / "ansible-playbook"), "-i", host["inventory"], "site.yml", "-e", json.dumps(queued)])
+    switch_s = time.monotonic() - started
+    unit = on_host(host, "cat /etc/systemd/system/sglang-router.service").stdout
+    assert "smg.launch_router" in unit and "--worker-overload-waiting-requests 64" in unit, unit
+    wait_ready(host)
+    burst = load(host, *BURST, timeout=200)
+    metrics = on_host(host, "curl -sf --noproxy '*' -m 10 http://127.0.0.1:29000/metrics").stdout
+    shed = {stage: float(value) for stage, value in SMG_SHED.findall(metrics)}
+    longest = max(end - start for start, end, _status in burst["timeline"])
+    report(capsys, f"SMG on 1P1D (converged onto it in {switch_s:.1f} s): burst of 64 at once {ok_text(burst)}, "
+                   f"the longest {longest:.1f} s; SMG's overload sheds by stage {shed}")  # fmt: skip
+    assert burst["total"] == 64 and burst["ok"] == 64 and burst["errors"] == {}, burst["errors"]
+    assert longest > 64 * 0.2 * 0.8, "the prefill never queued: the burst proved nothing"
+    assert shed and not any(shed.values()), f"SMG shed requests for overload: {shed}"

@@ -80,6 +80,76 @@ def test_rerun_changes_nothing(cluster):
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
 
 
+# Issue 22: the router program is an inventory choice (sglang_router_impl). The day-2 tests below that take the
+# router_impl fixture run for both programs: every sglang_router test first, then (tests/integration/conftest.py
+# sorts them) the deployment is switched to SMG by one run under load, and the smg tests follow in file order.
+SWITCH_LOAD = ["--max-new-tokens", "50", "run", "--requests", "6000", "--concurrency", "16", "--timeout", "30",
+               "--deadline", "300", "--workers"]  # fmt: skip
+WORKERS = [("prefill", "sglang-prefill0"), ("prefill", "sglang-prefill1"), ("prefill", "sglang-prefill2"),
+           ("decode", "sglang-decode0"),
+           ("decode", "sglang-decode1")]  # fmt: skip
+
+
+def worker_starts(cluster):
+    """{unit@host: start time} of the deployment's worker units."""
+    found = {}
+    for role, unit in WORKERS:
+        for host in cluster["layout"][role]:
+            if unit in on(host["name"], f"systemctl list-units --plain --no-legend '{unit}.service'"):
+                found[f"{unit}@{host['name']}"] = started_at(host["name"], unit)
+    return found
+
+
+def switch_router(cluster, impl):
+    """One run with sglang_router_impl IMPL under the load: what it cost and what runs afterwards."""
+    workers_before, router_before = worker_starts(cluster), started_at(router(cluster), "sglang-router")
+    output, result = converge_under_load(cluster, {"sglang_router_impl": impl}, SWITCH_LOAD, rolling=False)
+    failed = [(start, end) for start, end, status in result["timeline"] if status != "200"]
+    rerun = recap(playbook(cluster, cluster["vars"]).stdout)
+    cluster["impl"] = impl
+    return {
+        "impl": impl, "output": output, "result": result, "rerun": rerun,
+        "pause_s": round(max(e for _s, e in failed) - min(s for s, _e in failed), 2) if failed else 0.0,
+        "failed": len(failed), "workers_before": workers_before, "workers_after": worker_starts(cluster),
+        "router_before": router_before, "router_after": started_at(router(cluster), "sglang-router"),
+    }  # fmt: skip
+
+
+@pytest.fixture
+def router_impl(request, cluster):
+    """The router program the test runs against (parametrized indirectly): the deployment is switched to it by one
+    run when it runs the other one (switch_router; its outcome in cluster["switch"])."""
+    if cluster.get("impl", "sglang_router") != request.param:
+        cluster["switch"] = switch_router(cluster, request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("router_impl", ["smg"], indirect=True)
+def test_switching_to_smg_is_one_run_with_a_short_pause_and_a_rerun_changes_nothing(cluster, router_impl, capsys):
+    sw = cluster["switch"]
+    result, host = sw["result"], router(cluster)
+    report(capsys, f"router switch sglang_router -> {router_impl} under load: {result['ok']}/{result['total']} ok, "
+                   f"{sw['failed']} failed {result['errors']} within {sw['pause_s']} s; rerun changed "
+                   f"{sum(c['changed'] for c in sw['rerun'].values())}")  # fmt: skip
+    assert re.search(r"sglang-router \(router\) restarts now: requests through it pause until it is ready again "
+                     r"\(seconds\); the workers keep running, and it changes program: sglang_router -> smg",
+                     sw["output"]), sw["output"][-3000:]  # fmt: skip
+    assert sw["router_after"] != sw["router_before"], "the router did not restart onto SMG"
+    assert sw["workers_after"] == sw["workers_before"], "a worker restarted for the router's switch"
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in sw["rerun"].values()), sw["rerun"]
+    # A short pause: the requests that failed did so within seconds (the router's restart); the load went on after.
+    assert sw["pause_s"] <= 30 and result["ok"] >= 100, sw
+    # What runs: SMG's module from a router venv that holds smg and not sglang-router; its worker API lists the
+    # four workers ready; the old router's venv is the one kept beside it.
+    unit = on(host, "cat /etc/systemd/system/sglang-router.service")
+    assert "smg.launch_router" in unit and "sglang_router.launch_router" not in unit, unit
+    venv = re.search(r"(/opt/sglang/venvs/router-[0-9a-f]+)/bin/python", unit).group(1)
+    dists = on(host, f"ls {venv}/lib/python3*/site-packages | grep -i dist-info").split()
+    assert any(d.startswith("smg-1.13.0") for d in dists) and not any(d.startswith("sglang_router") for d in dists)
+    workers = get_json(host, "http://127.0.0.1:8000/workers")["workers"]
+    assert sorted(w["status"] for w in workers) == ["ready"] * 4 and all(w["is_healthy"] for w in workers), workers
+
+
 def test_router_lists_every_worker_at_its_advertise_address(cluster):
     workers = get_json(router(cluster), "http://127.0.0.1:8000/workers")["workers"]
     got = sorted((w["worker_type"], w["url"], w.get("bootstrap_port"), w["is_healthy"]) for w in workers)
@@ -144,7 +214,7 @@ def report(capsys, line):
         print(f"\n[multihost] {line}", flush=True)
 
 
-def converge_under_load(cluster, extra_vars, load_args, *, succeed=True):
+def converge_under_load(cluster, extra_vars, load_args, *, succeed=True, rolling=True):
     """Runs site.yml with EXTRA_VARS (added to those of earlier changes); starts the load through the router
     when the run asks whether the router serves (the workers' play begins), so the load runs at full concurrency
     well before the first instance leaves the router. Returns (playbook output, load JSON).
@@ -174,7 +244,8 @@ def converge_under_load(cluster, extra_vars, load_args, *, succeed=True):
         time.sleep(3)
         on(router(cluster), f"touch {LOAD_STOP}")
     assert loader is not None, f"the run never reached the workers' play:\n{output[-4000:]}"
-    assert "Show the order of the rolling restart" in output, f"the run showed no rolling restart:\n{output[-4000:]}"
+    if rolling:
+        assert "Show the order of the rolling restart" in output, f"no rolling restart was shown:\n{output[-4000:]}"
     out, _unused = loader.communicate(timeout=400)
     assert (play.returncode == 0) is succeed, failures(output) + output[-6000:]
     return output, json.loads(out)
@@ -205,7 +276,8 @@ def started_at(host, unit):
 ROLLING_LOAD = ["--max-new-tokens", "200", "run", "--requests", "8000", "--concurrency", "16", "--timeout", "30",
                 "--deadline", "480", "--workers"]  # fmt: skip
 MIN_IN_FLIGHT = 12  # requests in flight through the router at every restart
-PORTS = {"sglang-prefill0": 30000, "sglang-prefill1": 30010, "sglang-decode0": 30001, "sglang-decode1": 30011}
+PORTS = {"sglang-prefill0": 30000, "sglang-prefill1": 30010, "sglang-prefill2": 30010, "sglang-decode0": 30001,
+         "sglang-decode1": 30011}  # fmt: skip
 
 
 def worker_url(cluster, unit, host):
@@ -254,7 +326,8 @@ def test_a_host_failing_its_preflight_stops_every_host(cluster, capsys):
     assert all(counts.get("changed", 0) == 0 for counts in hosts.values()), hosts
 
 
-def test_flag_change_rolls_out_without_a_failed_request(cluster, capsys):
+@pytest.mark.parametrize("router_impl", ["sglang_router", "smg"], indirect=True)
+def test_flag_change_rolls_out_without_a_failed_request(cluster, router_impl, capsys):
     """One run changes a flag of prefill and decode: four rolling batches, prefill first, under one load."""
     flags = {"watchdog-timeout": 400 + int(time.time()) % 1000}  # a value this deployment has not had yet
     router_started = started_at(router(cluster), "sglang-router")
@@ -264,9 +337,12 @@ def test_flag_change_rolls_out_without_a_failed_request(cluster, capsys):
     )
     order = restart_order(output)
     units = [u.split("@") for u in order]
-    report(capsys, f"prefill and decode flag change: restart order {order}; load {result['ok']}/{result['total']} "
+    report(capsys, f"[{router_impl}] prefill and decode flag change: restart order {order}; "
+                   f"load {result['ok']}/{result['total']} "
                    f"ok, errors {result['errors']}, {result['elapsed']:.1f} s")  # fmt: skip
-    want = ["sglang-prefill0", "sglang-prefill1", "sglang-decode0", "sglang-decode1"]
+    # the prefills by their names now (the scale-in test renames prefill1 to prefill2, and on its next run back)
+    prefills = sorted(u for u in _deployed(cluster["layout"]["prefill"][0]["name"])[0] if "prefill" in u)
+    want = [*prefills, "sglang-decode0", "sglang-decode1"]
     assert [u.split("@")[0] for u in order] == want, order
     assert {h for _unused, h in units} == {h["name"] for role in ("prefill", "decode") for h in cluster["layout"][role]}
     assert started_at(router(cluster), "sglang-router") == router_started, "the router restarted"
@@ -388,8 +464,12 @@ KILL_LOAD = ["run", "--requests", "1200", "--concurrency", "16", "--rate", "20",
 KILL_AFTER = 3.0
 
 
-@pytest.mark.parametrize("role", ["decode", "prefill"])
-def test_kill_9_of_one_of_two_under_load(cluster, role, capsys):
+@pytest.mark.parametrize(
+    ("role", "router_impl"),
+    [("decode", "sglang_router"), ("prefill", "sglang_router"), ("decode", "smg")],
+    indirect=["router_impl"],
+)
+def test_kill_9_of_one_of_two_under_load(cluster, role, router_impl, capsys):
     host = cluster["layout"][role][0]["name"]
     unit = f"sglang-{role}0"
     restarts = int(on(host, f"systemctl show -P NRestarts {unit}.service"))
@@ -413,12 +493,13 @@ def test_kill_9_of_one_of_two_under_load(cluster, role, capsys):
     left, back = faults.out_window(result["workers"], result["t0"], worker_url(cluster, unit, host))
     cost = faults.summary(result, kill_at, back)
     restarted = int(on(host, f"systemctl show -P NRestarts {unit}.service"))
-    report(capsys, f"kill -9 {unit}@{host} under load, one of two: {cost['failed']}/{cost['sent']} failed "
+    report(capsys, f"[{router_impl}] kill -9 {unit}@{host} under load, one of two: "
+                   f"{cost['failed']}/{cost['sent']} failed "
                    f"{cost['errors']}; failures started {cost['first_failure_s']}..{cost['last_failure_s']} s after "
                    f"the kill; the router let it go {None if left is None else round(left - kill_at, 1)} s after "
                    f"the kill and took it back after {cost['recovery_s']} s; "
                    f"NRestarts {restarts}->{restarted}")  # fmt: skip
-    faults.record(f"kill -9 {role}", "2P2D (one of two)", cost)
+    faults.record(f"kill -9 {role} ({router_impl})", "2P2D (one of two)", cost)
     assert ready["ready"], ready
     assert left is not None and back is not None, f"the router never let the dead {unit} go and took it back: {cost}"
     assert restarted == restarts + 1, f"systemd did not restart {unit} once: NRestarts {restarts}->{restarted}"
@@ -449,25 +530,28 @@ def _deployed(host):
     return states, sorted(r.removesuffix(".json") for r in records if r.endswith(".json"))
 
 
-def test_scale_in_scale_out_and_rename_under_load(cluster, capsys):
+@pytest.mark.parametrize("router_impl", ["sglang_router", "smg"], indirect=True)
+def test_scale_in_scale_out_and_rename_under_load(cluster, router_impl, capsys):
     decode1_host = cluster["layout"]["decode"][1]["name"]
     prefill_host = cluster["layout"]["prefill"][0]["name"]
     router_started = started_at(router(cluster), "sglang-router")
+    # The rename takes prefill1 to prefill2 (same GPUs and ports); on a deployment an earlier run renamed, back.
+    was, now = ("prefill2", "prefill1") if "sglang-prefill2" in _deployed(prefill_host)[0] else ("prefill1", "prefill2")
     renamed = [
         {"name": "prefill0", "tp": 4, "port": 30000, "bootstrap_port": 8998, "dist_init_port": 30335},
-        {"name": "prefill2", "tp": 4, "port": 30010, "bootstrap_port": 9008, "dist_init_port": 30345},
+        {"name": now, "tp": 4, "port": 30010, "bootstrap_port": 9008, "dist_init_port": 30345},
     ]
     # (name, the inventory change, extra vars, the unit the run must retire or None)
     steps = [
         ("scale-in: decode1 removed", lambda: _decode_host_vars(cluster, []), {}, f"sglang-decode1@{decode1_host}"),
         ("scale-out: decode1 back", lambda: _decode_host_vars(cluster, [DECODE_INSTANCES[4]]), {}, None),
-        ("rename: prefill1 -> prefill2", lambda: None, {"sglang_prefill_instances": renamed},
-         f"sglang-prefill1@{prefill_host}"),
+        (f"rename: {was} -> {now}", lambda: None, {"sglang_prefill_instances": renamed},
+         f"sglang-{was}@{prefill_host}"),
     ]  # fmt: skip
     expect = [
-        ({decode1_host: {}, prefill_host: {"sglang-prefill0": "active", "sglang-prefill1": "active"}}, 3),
+        ({decode1_host: {}, prefill_host: {"sglang-prefill0": "active", f"sglang-{was}": "active"}}, 3),
         ({decode1_host: {"sglang-decode1": "active"}}, 4),
-        ({prefill_host: {"sglang-prefill0": "active", "sglang-prefill2": "active"}}, 4),
+        ({prefill_host: {"sglang-prefill0": "active", f"sglang-{now}": "active"}}, 4),
     ]
     table = []
     for (name, change, extra, retired), (hosts, n_workers) in zip(steps, expect, strict=True):
@@ -500,7 +584,7 @@ def test_scale_in_scale_out_and_rename_under_load(cluster, capsys):
                      f"in flight at the change {in_flight:>2}  "
                      f"router lists {len(workers)} ({sum(w['is_healthy'] for w in workers)} healthy)  "
                      f"rerun changed {sum(c['changed'] for c in rerun.values())}")  # fmt: skip
-        report(capsys, "day 2: " + table[-1].strip())
+        report(capsys, f"[{router_impl}] day 2: " + table[-1].strip())
         assert result["errors"] == {} and result["ok"] == result["total"] >= 100, (name, result["errors"])
         assert in_flight >= MIN_IN_FLIGHT, f"{name}: only {in_flight} requests in flight through the router then"
         assert started_at(router(cluster), "sglang-router") == router_started, f"{name}: the router restarted"
@@ -677,7 +761,9 @@ def test_a_unit_systemd_refuses_to_start_is_rolled_back(cluster, capsys):
     assert after["ok"] == after["total"] == 50, after
 
 
-def test_worker_on_another_host_refuses_a_request_without_the_key(cluster, capsys, tmp_path):
+# The last test of the module (it leaves the keys set), on SMG: the router's key is out of its argv there too.
+@pytest.mark.parametrize("router_impl", ["smg"], indirect=True)
+def test_worker_on_another_host_refuses_a_request_without_the_key(cluster, router_impl, capsys, tmp_path):
     key = "wk-" + os.urandom(8).hex()
     secrets_file, password = tmp_path / "secrets.yml", tmp_path / "vault-password"
     password.write_text(os.urandom(16).hex())
@@ -701,5 +787,12 @@ def test_worker_on_another_host_refuses_a_request_without_the_key(cluster, capsy
     # The key is in no command line and no unit file on the worker host; the worker binds to its own address.
     host = decode["name"]
     assert key not in on(host, "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '; cat /etc/systemd/system/sglang-*")
+    # nor on the router host, where SMG runs (the launcher hands the key to it inside the process) and ps shows
+    # nothing of it
+    assert key not in on(
+        router(cluster),
+        "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '; ps -eo args; cat /etc/systemd/system/sglang-*",
+    )
+    assert "smg" in on(router(cluster), "ps -eo args"), "SMG does not run on the router host"
     assert f"{decode['address']}:30001" in on(host, "ss -Hltn")
     assert "0.0.0.0:30001" not in on(host, "ss -Hltn")

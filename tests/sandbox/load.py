@@ -94,7 +94,14 @@ def routed(base: str, timeout: float) -> str:
     status, answer = request("GET", f"{base}/workers", None, timeout)
     if status != "200" or not isinstance(answer, dict):
         return status
-    return ",".join(sorted(w.get("url", "") for w in answer.get("workers") or [] if w.get("is_healthy")))
+    # SMG lists a worker it no longer routes to as draining (status) for its settle time: only ready ones route
+    return ",".join(
+        sorted(
+            w.get("url", "")
+            for w in answer.get("workers") or []
+            if w.get("is_healthy") and w.get("status", "ready") == "ready"
+        )
+    )
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -38,11 +38,13 @@ def _tail(text, lines=40):
     return "\n".join((text or "").strip().splitlines()[-lines:])
 
 
-def ensure_venv(timeout=900):
-    """Build (or reuse) .cache/sglang-parser-venv; return (python path, seconds spent)."""
+def ensure_venv(timeout=900, program="sglang"):
+    """Build (or reuse) .cache/sglang-parser-venv (PROGRAM smg: .cache/smg-parser-venv); return (python path,
+    seconds spent)."""
     started = time.monotonic()
     try:
-        proc = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, timeout=timeout, check=False)
+        proc = subprocess.run(["bash", str(BUILD_SCRIPT), program], capture_output=True, text=True, timeout=timeout,
+                              check=False)  # fmt: skip
     except subprocess.TimeoutExpired as exc:
         raise ParserUnavailable(f"{BUILD_SCRIPT} did not finish within {timeout}s") from exc
     if proc.returncode != 0:

@@ -39,6 +39,18 @@ def real_python():
     return python
 
 
+@pytest.fixture(scope="module")
+def smg_python():
+    """Python of a venv holding SMG 1.13 (the second router program; built once, tests/sglang_parser/build_venv.sh
+    smg), apart from this venv's sglang-router: both ship an `smg` command. Never skipped."""
+    try:
+        python, seconds = rpc.ensure_venv(program="smg")
+    except rpc.ParserUnavailable as exc:
+        pytest.fail(f"the SMG venv could not be built: {exc}", pytrace=False)
+    print(f"smg venv ready in {seconds:.1f}s: {python}")
+    return python
+
+
 @pytest.fixture
 def sims(tmp_path):
     """Simulators a test starts on loopback (tests/sandbox/pdsim/pdsim_testing.py), all stopped after it."""

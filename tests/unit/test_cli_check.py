@@ -468,12 +468,14 @@ class RealRunner:
         return proc.returncode, proc.stdout, proc.stderr
 
 
-def program_commands(name, real_python=None):
+def program_commands(name, real_python=None, smg_python=None):
     """(python, module, version_command, runner env) of one program as the roles would call it."""
     if name == "sglang":
         python, module, dist = str(real_python), "sglang.launch_server", "sglang"
     elif name == "router":
         python, module, dist = sys.executable, "sglang_router.launch_router", "sglang-router"
+    elif name == "smg":
+        python, module, dist = str(smg_python), "smg.launch_router", "smg"
     else:
         python, module, dist = sys.executable, "sglang_pd_sim", None
     version = (
@@ -492,11 +494,11 @@ PARSER_CASES = [
 
 
 @pytest.fixture(scope="module")
-def parser_verdicts(real_python):
+def parser_verdicts(real_python, smg_python):
     """Each program's own parser, run once over a batch of its parser_cases."""
     verdicts, seconds = {}, []
-    for program in ("sglang", "router", "sim"):
-        python, module, _version_command, env = program_commands(program, real_python)
+    for program in ("sglang", "router", "smg", "sim"):
+        python, module, _version_command, env = program_commands(program, real_python, smg_python)
         argvs = {c["id"]: case_argv(c) for c in CASES["parser_cases"] if program in c["programs"]}
         started = time.monotonic()
         out = ca.parse_argvs(RealRunner(env), python, module, argvs)

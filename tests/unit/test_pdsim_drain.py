@@ -41,7 +41,8 @@ def start_request(sim, tokens: int = 20) -> tuple[threading.Thread, dict]:
 def wait_in_flight(sim, n: int = 1, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if http("GET", sim.url("/get_load"))[1][0]["num_reqs"] >= n:
+        load = http("GET", sim.url("/v1/loads"))[1]["loads"][0]
+        if load["num_running_reqs"] + load["num_waiting_reqs"] >= n:
             return
         time.sleep(0.02)
     raise AssertionError("request never got in flight")
@@ -58,7 +59,7 @@ def test_sigterm_finishes_in_flight_request_then_exits_0(sims):
     assert http("GET", sim.url("/health"))[0] == 503
     assert http("GET", sim.url("/health_generate"))[0] == 503
     assert http("GET", sim.url("/ready"))[0] == 503
-    assert http("GET", sim.url("/get_load"))[0] == 200 and sim.popen.poll() is None
+    assert http("GET", sim.url("/v1/loads"))[0] == 200 and sim.popen.poll() is None
     # a request that still arrives is served too (sglang 0.5.23 does not refuse it)
     late = http("POST", sim.url("/generate"), {"text": "late", "sampling_params": {"max_new_tokens": 2}})
     assert late[0] == 200

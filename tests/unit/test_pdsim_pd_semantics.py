@@ -180,3 +180,32 @@ def test_nixl_strands_kv_of_a_decode_gone_before_transfer(sims):
     assert "answer" not in on_prefill and isinstance(on_prefill["error"], TimeoutError)  # ... no answer in 8 s
     assert gauge(prefill, "sglang:token_usage") > 0.0  # still held: only a restart frees it
     assert prom_text.stranded_tokens(first, prefill.metrics_text()) == gauge(prefill, "sglang:num_used_tokens") > 0
+
+
+# --- load reports (sglang/srt/entrypoints/v1_loads.py; what SMG's load poll reads) --------------------------------
+
+
+def test_v1_loads_reports_the_running_window_and_a_decodes_requests_waiting_for_kv(sims):
+    prefill = sims.start("prefill", env={"SGLANG_SIM_PREFILL_LATENCY": "3"})
+    decode = sims.start("decode", "--max-running-requests", "48")
+    status, answer = http("GET", decode.url("/v1/loads?include=core,disagg,queues,memory"))
+    assert status == 200 and answer["version"] == "0.5.23" and len(answer["loads"]) == 1
+    load = answer["loads"][0]
+    assert load["max_running_requests"] == 48 and load["disaggregation"]["mode"] == "decode"
+    assert {"memory", "queues", "disaggregation"} <= set(load) and load["max_total_num_tokens"] > 0
+    core = http("GET", decode.url("/v1/loads?include=core"))[1]["loads"][0]
+    assert not {"memory", "queues", "disaggregation"} & set(core) and core["num_running_reqs"] == 0
+    bad = http("GET", decode.url("/v1/loads?include=core,gpu"))
+    assert bad[0] == 400 and "Invalid include sections" in str(bad[1])
+    assert http("GET", decode.url("/get_load"))[0] == 404  # gone in 0.5.23
+    # a request whose KV has not come yet waits at the decode (its transfer queue), not runs
+    calls = [in_thread(http, "POST", s.url("/generate"), body_for(prefill, 515), timeout=15) for s in (prefill, decode)]
+    deadline, seen = time.monotonic() + 2.5, None
+    while time.monotonic() < deadline and not seen:
+        load = http("GET", decode.url("/v1/loads"))[1]["loads"][0]
+        seen = load if load["num_waiting_reqs"] else None
+        time.sleep(0.05)
+    assert seen and seen["disaggregation"]["decode_transfer_queue_reqs"] == 1 and seen["num_running_reqs"] == 0
+    for call in calls:
+        call["thread"].join(15)
+    assert [c["answer"][0] for c in calls] == [200, 200]

@@ -77,6 +77,26 @@ def deployment(meta: dict) -> dict:
         "units": units,
         "versions": versions,
         "simulated": simulated,
+        "routers": routers(units),
+    }
+
+
+# The router programs a unit may run (sglang_router_impl; plugins/module_utils/sglang_flags.py ROUTER_IMPLS)
+ROUTER_MODULES = {"sglang_router.launch_router": "sglang_router", "smg.launch_router": "smg"}
+ROUTER_LIST_FLAGS = ("--pd-disaggregation", "--prefill", "--decode")
+
+
+def routers(units: dict) -> dict:
+    """{unit: {impl, module, settings}} of the router units measured: which program routed, and the settings it was
+    started with (every flag but its worker list), SMG's written-out routing defaults among them."""
+    return {
+        name: {
+            "impl": ROUTER_MODULES[unit["module"]],
+            "module": unit["module"],
+            "settings": {k: v for k, v in unit["flags"].items() if k not in ROUTER_LIST_FLAGS},
+        }
+        for name, unit in units.items()
+        if unit.get("module") in ROUTER_MODULES
     }
 
 

@@ -432,6 +432,11 @@ def markdown(report: dict, plots: list[str]) -> str:
             f"{h}: " + " ".join(f"{k} {v}" for k, v in sorted(vs.items()) if v)
             for h, vs in sorted(dep.get("versions", {}).items())
         ),
+        *[
+            f"- router {name}: {r['impl']} ({r['module']}), "
+            + " ".join(f"{k} {' '.join(map(str, v))}".rstrip() for k, v in sorted(r["settings"].items()))
+            for name, r in sorted(dep.get("routers", {}).items())
+        ],
         "",
         "| concurrency | requests | failed | TTFT p50 | TTFT p90 | TTFT p99 | TPOT p50 | TPOT p99 | ITL p50 | ITL p99 "
         "| output tok/s | req/s | goodput req/s |",

@@ -5,17 +5,28 @@ Prints one JSON line; exits 1 naming what is missing.
 """
 
 import argparse
+import importlib
 import importlib.metadata
 import json
 import sys
 
 
-def check_router(report):
+def check_router(report, module, dist, others):
+    """The chosen router (MODULE, run as python -m, from DIST) imports, and no other router distribution (OTHERS)
+    is installed beside it: sglang-router and smg both ship an `smg` command."""
     try:
-        import sglang_router  # noqa: F401, PLC0415
+        importlib.import_module(module.split(".")[0])
     except ImportError as exc:
-        return f"sglang_router does not import ({exc}): install sglang-router into the venv"
-    report["sglang_router"] = importlib.metadata.version("sglang-router")
+        return f"{module} does not import ({exc}): install {dist} into the router's venv"
+    report["router"] = {"module": module, "dist": dist, "version": importlib.metadata.version(dist)}
+    found = []
+    for other in others:
+        try:
+            found.append(f"{other} {importlib.metadata.version(other)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    if found:
+        return f"{', '.join(found)} is installed beside {dist}: the routers never share a venv (both ship smg)"
     return None
 
 
@@ -59,9 +70,17 @@ def main():
     parser.add_argument("--expect-nixl", action="store_true")
     # engine: sglang's venv (no sgl-kernel beside sglang-kernel, NIXL); router: the router's own venv
     parser.add_argument("--kind", choices=("engine", "router"), default="engine")
+    # router: the module the unit runs, its distribution, and the other routers' distributions (comma-separated)
+    parser.add_argument("--router-module", default="sglang_router.launch_router")
+    parser.add_argument("--router-dist", default="sglang-router")
+    parser.add_argument("--other-router-dists", default="")
     args = parser.parse_args()
     report = {"kind": args.kind}
-    problems = [check_router(report)] if args.kind == "router" else [check_no_sgl_kernel(report)]
+    others = [d for d in args.other_router_dists.split(",") if d]
+    if args.kind == "router":
+        problems = [check_router(report, args.router_module, args.router_dist, others)]
+    else:
+        problems = [check_no_sgl_kernel(report)]
     if args.kind == "engine" and args.expect_nixl:
         problems.append(check_nixl(report, args.nixl_backend))
     problems = [p for p in problems if p]

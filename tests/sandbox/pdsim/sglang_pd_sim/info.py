@@ -1,8 +1,16 @@
-"""Information routes of the worker: /model_info, /v1/models, /get_load."""
+"""Information routes of the worker: /model_info, /v1/models, /v1/loads."""
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
+from urllib.parse import parse_qs, urlsplit
+
+from sglang_pd_sim import SGLANG_VERSION
 from sglang_pd_sim.httpbase import BaseHandler
+
+# sglang/srt/managers/load_snapshot.py LoadSnapshot.VALID_SECTIONS and the section fields of to_dict()
+LOAD_SECTIONS = {"core", "memory", "spec", "lora", "disagg", "queues", "all"}
 
 
 class InfoMixin(BaseHandler):
@@ -40,7 +48,49 @@ class InfoMixin(BaseHandler):
             ],
         }
 
-    def load(self) -> list:
-        with self.state.lock:
-            n = self.state.inflight
-        return [{"dp_rank": 0, "num_reqs": n, "num_waiting_reqs": 0, "num_tokens": 0}]
+    def loads(self) -> None:
+        """GET /v1/loads, as sglang 0.5.23's entrypoints/v1_loads.py answers it from the scheduler's
+        LoadSnapshot (managers/scheduler_components/load_inquirer.py get_loads, load_snapshot.py to_dict): the core
+        fields always, the sections that `include` names (default all), 400 for an unknown section. A decode's
+        requests waiting for their KV count as waiting (its transfer queue), as in load_inquirer. Routers read it
+        (SMG's load poll: `?include=core,disagg,queues,memory`); the older /get_load is gone in 0.5.23."""
+        st = self.state
+        query = parse_qs(urlsplit(self.path).query)
+        include = [s.strip() for s in (query.get("include") or [""])[0].split(",")] if query.get("include") else None
+        wanted = set(include) if include else None
+        if wanted is not None and not wanted <= LOAD_SECTIONS:
+            bad = wanted - LOAD_SECTIONS
+            self.send_json(400, {"detail": f"Invalid include sections: {bad}. Valid options: {sorted(LOAD_SECTIONS)}"})
+            return
+        snap = st.engine.snapshot()
+        capacity = st.knobs.kv_capacity_tokens
+        used = snap["kv_used_tokens"]
+        waiting = snap["num_queue_reqs"] + (snap["awaiting_kv"] if st.role == "decode" else 0)
+        load = {
+            "timestamp": time.time(), "dp_rank": 0, "num_running_reqs": snap["num_running_reqs"],
+            "num_waiting_reqs": waiting, "num_waiting_uncached_tokens": 0, "num_used_tokens": used,
+            "num_total_tokens": used, "num_active_tokens": used, "num_prealloc_ready_tokens": 0,
+            "max_total_num_tokens": capacity, "max_running_requests": st.max_running_requests(),
+            "token_usage": round(used / capacity, 4) if capacity else 0.0,
+            "gen_throughput": round(snap["gen_throughput"], 2), "cache_hit_rate": 0.0, "utilization": 0.0,
+            "total_prefill_uncached_tokens": 0, "total_prefill_busy_us": 0,
+        }  # fmt: skip
+        sections = {
+            "memory": ("memory", {"weight_gb": 0.0, "kv_cache_gb": 0.0, "graph_gb": 0.0, "token_capacity": capacity}),
+            "disagg": ("disaggregation", {
+                "mode": st.role, "prefill_bootstrap_queue_reqs": 0,
+                "prefill_inflight_queue_reqs": snap["transferring"] if st.role == "prefill" else 0,
+                "decode_prealloc_queue_reqs": 0,
+                "decode_transfer_queue_reqs": snap["awaiting_kv"] if st.role == "decode" else 0,
+                "decode_retracted_queue_reqs": 0, "kv_transfer_speed_gb_s": 0.0, "kv_transfer_latency_ms": 0.0}),
+            "queues": ("queues", {"waiting": snap["num_queue_reqs"], "grammar": 0, "paused": 0, "retracted": 0,
+                                  "prealloc_ready": 0}),
+        }  # fmt: skip
+        if wanted != {"core"}:
+            for name, (field, section) in sections.items():
+                if wanted is None or "all" in wanted or name in wanted:
+                    load[field] = section
+        self.send_json(200, {
+            "timestamp": datetime.now(UTC).isoformat(), "version": SGLANG_VERSION, "accelerator": None,
+            "num_accelerators": st.args.tp_size or 1, "loads": [load],
+        })  # fmt: skip

@@ -96,6 +96,11 @@ class SimState:
             "model_path": a.model_path,
         }
 
+    def max_running_requests(self) -> int:
+        """The scheduler's running window (what /server_info and /v1/loads report): --max-running-requests, or
+        the simulator's stand-in for the size sglang derives from the KV pool when it is unset."""
+        return args_or(self.args.max_running_requests, 256)
+
     def server_info(self) -> dict:
         info = dict(vars(self.args))
         info.update(
@@ -116,7 +121,7 @@ class SimState:
                     "load": load,
                     "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": 0, "graph": 0.0},
                     "avg_spec_accept_length": None,
-                    "effective_max_running_requests_per_dp": args_or(self.args.max_running_requests, 256),
+                    "effective_max_running_requests_per_dp": self.max_running_requests(),
                 }
             ],
             simulator={"name": "sglang-pd-sim", "version": __version__, "knobs": self.knobs.as_dict()},

@@ -33,7 +33,7 @@ class WorkerHandler(GenerationMixin, HealthMixin, InfoMixin, MetricsMixin):
             "/model_info": lambda: self.send_json(200, self.model_info()),
             "/get_model_info": lambda: self.send_json(200, self.model_info()),
             "/v1/models": lambda: self.send_json(200, self.models()),
-            "/get_load": lambda: self.send_json(200, self.load()),
+            "/v1/loads": self.loads,
             "/metrics": self.metrics,
         }
         if path in get_routes:
