@@ -464,7 +464,13 @@ def smg_shutdown_problems(impl, flag_values, stop_timeout):
     """SMG drains for sglang_router_smg_shutdown_grace_period after SIGTERM: below the unit's stop timeout
     (sglang_stop_timeout), or systemd kills it mid-drain."""
     grace = (flag_values or {}).get("sglang_router_smg_shutdown_grace_period")
-    if impl != "smg" or not _positive_int(grace) or not _positive_int(stop_timeout) or int(grace) < int(stop_timeout):
+    if (
+        not isinstance(impl, str)
+        or impl != "smg"
+        or not _positive_int(grace)
+        or not _positive_int(stop_timeout)
+        or int(grace) < int(stop_timeout)
+    ):
         return []
     return [f"sglang_router_smg_shutdown_grace_period ({grace}) must be below sglang_stop_timeout ({stop_timeout}): "
             "SMG drains its requests for that long after SIGTERM, and systemd kills the router at the stop timeout, "
@@ -500,7 +506,10 @@ def requirement_name(requirement):
 def router_packages_problems(router_packages, impl):
     """The router's venv must hold the chosen router (sglang_router_impl) and no other: sglang-router 0.3.2 and smg
     both ship an `smg` console script, so one venv with both runs whichever was installed last."""
-    if impl not in sf.ROUTER_IMPLS or not isinstance(router_packages, list):
+    if not isinstance(impl, str) or impl not in sf.ROUTER_IMPLS:
+        return [f"sglang_router_impl ({impl!r}) is not a router this collection runs: one of "
+                f"{', '.join(sf.ROUTER_IMPLS)}"]  # fmt: skip
+    if not isinstance(router_packages, list):
         return []
     names = {requirement_name(p) for p in router_packages if isinstance(p, str)}
     want = sf.ROUTER_IMPLS[impl]["dist"]

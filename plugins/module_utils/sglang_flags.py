@@ -173,7 +173,7 @@ ROUTER_FLAG_ALIASES = {
 
 def router_impl(name):
     """The row of ROUTER_IMPLS for sglang_router_impl NAME; FlagError naming the choices for another."""
-    if name not in ROUTER_IMPLS:
+    if not isinstance(name, str) or name not in ROUTER_IMPLS:
         raise FlagError(f"sglang_router_impl {name!r} is not a router this collection runs: one of "
                         f"{', '.join(ROUTER_IMPLS)}")  # fmt: skip
     return ROUTER_IMPLS[name]
@@ -185,7 +185,7 @@ def running_impl(record, planned_impl):
     restarts it."""
     if not isinstance(record, dict) or not record:
         return planned_impl
-    if record.get("impl") in ROUTER_IMPLS:
+    if isinstance(record.get("impl"), str) and record["impl"] in ROUTER_IMPLS:
         return record["impl"]
     return next((name for name, row in ROUTER_IMPLS.items() if row["module"] == record.get("module")), planned_impl)
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
+from ansible_collections.disagg.sglang.plugins.module_utils import units
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = REPO / "roles/sglang_bench/files"
@@ -275,3 +277,20 @@ def test_step_fails_without_a_result(tmp_path, capsys):
         == 1
     )
     assert "ran past its deadline" in capsys.readouterr().out
+
+
+def test_the_report_names_the_router_program_and_its_settings_also_behind_the_key_launcher():
+    """bench_deployment.routers: which router program the measured deployment ran (also when its key launcher runs
+    it: python -c ... run_module), and every setting but its worker list (SMG's written-out routing defaults)."""
+    spec = units.router_unit([{"url": "http://10.0.0.2:30000", "bootstrap_port": 8998}], [{"url": "http://10.0.0.3:30001"}],
+                             {"venv": "/v", "impl": "smg", "api_key_set": True,
+                              "flags": {"host": "127.0.0.1", "port": 8000, "worker-wedge-secs": 30,
+                                        "disable-worker-overload-protection": True}})  # fmt: skip
+    exec_start = " ".join(sf.systemd_quote(t) for t in [*spec["exec"], *sf.argv(spec["lines"])])
+    unit = bd.parse_unit(f"[Service]\nExecStart={exec_start}\n")
+    routers = bd.routers({"sglang-router.service": {"module": unit["module"], "flags": unit["flags"]}})
+    assert routers == {"sglang-router.service": {
+        "impl": "smg", "module": "smg.launch_router",
+        "settings": {"--host": ["127.0.0.1"], "--port": ["8000"], "--worker-wedge-secs": ["30"],
+                     "--disable-worker-overload-protection": []},
+    }}  # fmt: skip

@@ -344,3 +344,89 @@ def test_a_router_that_does_not_answer_yet_is_waited_for_within_the_timeout():
     refusing.workers = refuse
     with pytest.raises(ra.RouterApiError, match="401"):  # an answer that refuses is not waited on
         converge(refusing, [P0, D0], "exact")
+
+
+class ScriptedSmg(ra.SmgRouter):
+    """SMG 1.13's worker API as its binary answered in the sandbox: POST 202 (409 for a URL it has or is adding), the
+    worker listed pending, then ready; DELETE 202, the worker listed draining (still is_healthy) for two readings,
+    then gone. Each GET /workers is one step of that clock."""
+
+    def __init__(self, workers):
+        super().__init__("http://smg.invalid")
+        self.listing = {w["url"]: {"id": f"uuid-{w['url'][-5:]}", "url": w["url"], "worker_type": w["worker_type"],
+                                   "is_healthy": True, "status": "ready", "age": 9} for w in workers}  # fmt: skip
+        self.calls = []
+
+    def call(self, method, path, body=None):
+        self.calls.append(method)
+        if method == "GET":
+            for url, w in list(self.listing.items()):
+                w["age"] += 1
+                if w["status"] == "pending" and w["age"] >= 2:
+                    w.update(status="ready", is_healthy=True)
+                if w["status"] == "draining" and w["age"] >= 3:
+                    del self.listing[url]
+            shown = [{k: v for k, v in w.items() if k != "age"} for w in self.listing.values()]
+            return 200, {"workers": shown, "total": len(shown), "stats": {}}
+        if method == "POST":
+            if body["url"] in self.listing:
+                return 409, {"error": f"Worker creation already in progress for URL {body['url']}"}
+            self.listing[body["url"]] = {"id": "uuid-new", "url": body["url"], "worker_type": body["worker_type"],
+                                         "is_healthy": False, "status": "pending", "age": 0}  # fmt: skip
+            return 202, {"status": "accepted", "worker_id": "uuid-new"}
+        worker = next((w for w in self.listing.values() if path.endswith(w["id"])), None)
+        if worker is None:
+            return 404, {"error": "not found"}
+        worker.update(status="draining", age=0)
+        return 202, {"status": "accepted"}
+
+
+def test_smg_counts_a_draining_or_pending_worker_as_not_healthy():
+    answer = {"workers": [
+        {"id": "a", "url": D0["url"], "worker_type": "decode", "is_healthy": True, "status": "draining"},
+        {"id": "b", "url": D1["url"], "worker_type": "decode", "is_healthy": False, "status": "pending"},
+        {"id": "c", "url": P0["url"], "worker_type": "prefill", "is_healthy": True, "status": "ready"},
+    ]}  # fmt: skip
+    assert [w["healthy"] for w in ra.listed(answer, ready_statuses=("ready",))] == [False, False, True]
+    assert [w["healthy"] for w in ra.listed(answer)] == [True, False, True]  # sglang-router lists no status
+
+
+def test_smg_swap_waits_out_the_drain_settle_and_the_registration():
+    api = ScriptedSmg([P0, D0])
+    result = ra.converge(api, [P0, D1], "exact", {"timeout": 60, "poll": 1}, sleep=lambda s: None, clock=iter(
+        range(1000)).__next__)  # fmt: skip
+    assert result["settled"] and result["added"] == [D1["url"]] and result["removed"] == [D0["url"]]
+    assert api.calls[:3] == ["GET", "DELETE", "POST"] and api.calls.count("GET") >= 3, api.calls
+    assert urls(api.workers()) == urls([P0, D1])
+
+
+def test_smg_absent_is_settled_only_once_the_draining_worker_is_gone():
+    api = ScriptedSmg([P0, D0, D1])
+    readings = []
+    real_workers = api.workers
+
+    def workers():
+        readings.append(real_workers())
+        return readings[-1]
+
+    api.workers = workers
+    result = ra.converge(api, [D1], "absent", {"timeout": 60, "poll": 1}, sleep=lambda s: None,
+                         clock=iter(range(1000)).__next__)  # fmt: skip
+    assert result["settled"]
+    drained = [r for r in readings[1:] if D1["url"] in urls(r)]  # after the DELETE: listed, draining
+    assert (
+        urls(readings[-1]) == urls([P0, D0])
+        and len(drained) >= 2
+        and not any(w["healthy"] for r in drained for w in r if w["url"] == D1["url"])
+    )
+
+
+def test_smg_takes_409_for_a_url_it_already_registers_and_names_any_other_refusal():
+    api = ScriptedSmg([P0, D0])
+    api.listing[D1["url"]] = {"id": "uuid-x", "url": D1["url"], "worker_type": "decode", "is_healthy": False,
+                              "status": "pending", "age": 0}  # fmt: skip
+    api.add(D1, "")  # 409: no error; the listing decides
+    assert api.calls == ["POST"]
+    api.call = lambda method, path, body=None: (400, {"error": "invalid worker spec"})
+    with pytest.raises(ra.RouterApiError, match=r"POST .*/workers \(http://.*\) answered 400: .*invalid worker spec"):
+        api.add(D1, "")

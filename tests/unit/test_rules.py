@@ -93,7 +93,9 @@ def preflight(
     stages.append(table("sglang_deps"))
     stages.append(lambda: F["deps_problems"](v("sglang_deps_packages"), v("sglang_deps_packages_nodeps"),
                                              v("sglang_deps_wheelhouse"), v("sglang_server_module"),
-                                             v("sglang_deps_router_packages")))  # fmt: skip
+                                             v("sglang_deps_router_packages"))
+                          + (F["router_packages_problems"](v("sglang_deps_router_packages"), v("sglang_router_impl"))
+                             if "router" in groups else []))  # fmt: skip
     stages.append(lambda: F["legacy_problems"](variables))
     stages.append(table("sglang"))
     found_paths, found_listeners = host_looks(v, worker_roles, missing, listeners)
@@ -127,13 +129,17 @@ def preflight(
         )
     )
     if "router" in groups:
-        extra_flags = v("sglang_router_extra_flags")
+        extra_flags, impl = v("sglang_router_extra_flags"), v("sglang_router_impl")
         router_inputs = {
             "host": v("inventory_hostname"),
             "settings": v("_sglang_settings"),
             "secrets": v("_sglang_secrets"),
             "unit": "sglang-router",
-            "flag_values": {name: v(name) for name in F["router_flag_variables"]("sglang-router")},
+            "impl": impl,
+            # an impl the table refuses never gets this far in a run (the deps preflight names it first)
+            "flag_values": {name: v(name) for name in F["router_flag_variables"](impl)}
+            if isinstance(impl, str) and impl in sf.ROUTER_IMPLS
+            else {},
             "extra_flags": extra_flags,
             "env": v("sglang_router_extra_env"),
             "ports": {

@@ -356,6 +356,48 @@ def test_every_router_flag_the_collection_sets_has_one_variable_and_is_refused_a
         sf.router_flags({k: v for k, v in values.items() if k != "sglang_router_port"})
 
 
+def test_smg_writes_out_its_routing_settings_and_a_switch_set_false_renders_its_off_spelling():
+    """ROUTER_IMPLS: SMG takes ROUTER_FLAGS and its own SMG_FLAGS, each from one variable; protection off is written as
+    --disable-worker-overload-protection, so both states stand on the command line."""
+    table = sf.router_impl("smg")["flags"]
+    values = {variable: 7 for variable in table.values()}
+    flags = sf.router_flags({**values, "sglang_router_smg_overload_protection": True}, impl="smg")
+    assert flags["worker-wedge-secs"] == 7 and flags["worker-overload-protection"] is True
+    off = sf.router_flags({**values, "sglang_router_smg_overload_protection": False}, impl="smg")
+    assert off["disable-worker-overload-protection"] is True and "worker-overload-protection" not in off
+    assert ["--disable-worker-overload-protection"] in sf.render_lines(off)
+    # sglang-router's table has none of them, and neither program's flags may come in as extra flags
+    assert not set(sf.SMG_FLAGS) & set(sf.router_impl("sglang_router")["flags"])
+    for flag in [*sf.SMG_FLAGS, "disable-worker-overload-protection"]:
+        [message] = rules.router_flag_problems({flag: 1})
+        assert "which the collection owns: use sglang_router_smg_" in message, message
+    with pytest.raises(sf.FlagError, match="sglang_router_impl 'amg' is not a router this collection runs"):
+        sf.router_impl("amg")
+
+
+@pytest.mark.parametrize(
+    ("record", "planned", "want"),
+    [
+        pytest.param(None, "smg", "smg", id="no-record-the-plan"),
+        pytest.param({"impl": "smg", "module": "smg.launch_router"}, "sglang_router", "smg", id="recorded-impl"),
+        pytest.param({"module": "sglang_router.launch_router"}, "smg", "sglang_router", id="older-record-by-module"),
+        pytest.param({"module": "other.router"}, "smg", "smg", id="unknown-module-the-plan"),
+    ],
+)
+def test_the_running_router_program_is_read_from_its_record(record, planned, want):
+    assert sf.running_impl(record, planned) == want
+
+
+def test_the_router_unit_runs_the_chosen_programs_module_and_the_switch_changes_its_restart_key():
+    one = _router([{"url": "http://a:1", "bootstrap_port": 8998}], [{"url": "http://b:2"}])
+    settings = {"venv": "/v", "flags": dict(one["flags"]), "impl": "smg"}
+    two = units.router_unit([{"url": "http://a:1", "bootstrap_port": 8998}], [{"url": "http://b:2"}], settings)
+    assert one["module"] == "sglang_router.launch_router" and two["module"] == "smg.launch_router"
+    assert (one["impl"], two["impl"]) == ("sglang_router", "smg") and "smg.launch_router" in two["exec"]
+    assert one["restart_key"] != two["restart_key"], "a switch of program must restart the router"
+    assert units.record(two, "/etc/systemd/system")["impl"] == "smg"
+
+
 def _router(prefills, decodes, flags=None):
     return units.router_unit(
         prefills, decodes, {"venv": "/v", "flags": {"host": "0.0.0.0", "port": 8000, **(flags or {})}}

@@ -121,6 +121,13 @@ def parse_unit(text: str) -> dict:
         if tok == "-m" and i + 1 < len(argv):
             module, start = argv[i + 1], i + 2
             break
+        # the secret launcher (plugins/module_utils/units.py secret_launcher): python -c '... run_module("MOD" ...'
+        launched = (
+            re.search(r'runpy\.run_module\("([\w.]+)"', argv[i + 1]) if tok == "-c" and i + 1 < len(argv) else None
+        )
+        if launched:
+            module, start = launched.group(1), i + 2
+            break
     if argv and "numactl" in argv[0]:
         for tok in argv[1:]:
             if not tok.startswith("-"):
