@@ -221,13 +221,19 @@ def test_fixture_lists_exactly_the_metrics_the_rules_and_dashboard_use(rendered)
     assert listed - used == set(), "listed but used nowhere"
 
 
-def test_router_metric_names_are_in_the_installed_router_binary():
-    """sglang-router 0.3.2 registers its metrics by name: each name we use is a string in its extension."""
-    blob = next(Path(sglang_router.__file__).parent.glob("sglang_router_rs*.so")).read_bytes()
+@pytest.mark.parametrize("impl", ["sglang_router", "smg"])
+def test_router_metric_names_are_in_each_router_binary(impl, request):
+    """Both routers (sglang_router_impl) register their metrics by name: each smg_* name the alerts and the dashboard
+    use is a string in sglang-router 0.3.2's extension and in SMG 1.13's (its own venv: both ship `smg`)."""
+    if impl == "smg":
+        python = request.getfixturevalue("smg_python")
+        blob = next(Path(python).parent.parent.glob("lib/python3*/site-packages/smg/smg_rs*.so")).read_bytes()
+    else:
+        blob = next(Path(sglang_router.__file__).parent.glob("sglang_router_rs*.so")).read_bytes()
     router_names = [n for n in prom.fixture_names() if n.startswith("smg_")]
     assert router_names
     missing = [n for n in router_names if n.encode() not in blob]
-    assert not missing, f"not in the installed sglang-router binary: {missing}"
+    assert not missing, f"not in the {impl} binary: {missing}"
 
 
 def test_sglang_metric_names_are_in_the_simulators_list():

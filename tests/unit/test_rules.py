@@ -93,9 +93,9 @@ def preflight(
     stages.append(table("sglang_deps"))
     stages.append(lambda: F["deps_problems"](v("sglang_deps_packages"), v("sglang_deps_packages_nodeps"),
                                              v("sglang_deps_wheelhouse"), v("sglang_server_module"),
-                                             v("sglang_deps_router_packages"))
-                          + (F["router_packages_problems"](v("sglang_deps_router_packages"), v("sglang_router_impl"))
-                             if "router" in groups else []))  # fmt: skip
+                                             v("sglang_deps_router_packages")))  # fmt: skip
+    if "router" in groups:  # the deps preflight's router package check, on router hosts
+        stages.append(lambda: F["router_packages_problems"](v("sglang_deps_router_packages"), v("sglang_router_impl")))
     stages.append(lambda: F["legacy_problems"](variables))
     stages.append(table("sglang"))
     found_paths, found_listeners = host_looks(v, worker_roles, missing, listeners)
