@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test in two lanes at once, each printing its lines with its name in front:
-#   lane A: the multi-host module (one three-host deployment and a sequence of changes), the benchmark and
-#           accuracy module, then molecule;
+#   lane A: the multi-host module (one three-host deployment and a sequence of changes, on sglang-router and then on
+#           SMG), the fault module (1P1D, ending on SMG), the benchmark and accuracy module, then molecule;
 #   lane B: the linters, then pytest on everything else (unit tests and the other sandbox modules).
-# Measured on a fresh clone (2 cores): lane A 28 min without the benchmark module, lane B 48 min with it.
+# Lane B was the long one (48 min of a 49 min run, stop 28) while lane A took 28 min: the fault module moved to lane
+# A when both modules gained their SMG steps.
 # A sandbox module spends most of its time waiting for services (weight loading, health checks, loads at a
 # set rate), so two of them share the 2 cores of a CI machine well; each module boots its own named sandbox
 # and the sandbox tool locks what they share (rootfs, wheelhouse, network). Fails if either lane fails.
