@@ -137,6 +137,7 @@ class SglangRouter:
     """sglang-router 0.3.2's worker API over HTTP. call(method, path, body) -> (status, parsed JSON or text)."""
 
     name = "sglang_router"
+    ready_statuses = None  # sglang-router lists no status per worker
 
     def __init__(self, url, api_key="", timeout=HTTP_TIMEOUT, opener=open_url):
         self.url = url.rstrip("/")
@@ -165,7 +166,7 @@ class SglangRouter:
         status, answer = self.call("GET", "/workers")
         if status != 200:
             raise RouterApiError(f"GET {self.url}/workers answered {status}: {str(answer)[:300]}")
-        return listed(answer)
+        return listed(answer, self.ready_statuses)
 
     def add(self, worker, worker_api_key):
         status, answer = self.call("POST", "/workers", add_body(worker, worker_api_key))
@@ -183,12 +184,7 @@ class SmgRouter(SglangRouter):
     """SMG 1.13's worker API: as sglang-router's, with a status per worker and 409 for a URL it already has."""
 
     name = "smg"
-
-    def workers(self):
-        status, answer = self.call("GET", "/workers")
-        if status != 200:
-            raise RouterApiError(f"GET {self.url}/workers answered {status}: {str(answer)[:300]}")
-        return listed(answer, ready_statuses=("ready",))
+    ready_statuses = ("ready",)
 
     def add(self, worker, worker_api_key):
         status, answer = self.call("POST", "/workers", add_body(worker, worker_api_key))
