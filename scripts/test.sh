@@ -5,7 +5,8 @@
 #   lane B: the linters, then pytest on everything else (unit tests and the other sandbox modules, the fault module
 #           ending on SMG among them).
 # Stop 28: lane A 28 min, lane B 48 min; the multi-host module's SMG steps (a switch, a rolling change, a kill, a
-# scale-in and -out) add about 15 min to lane A.
+# scale-in and -out) add about 15 min to lane A (stop 29's CI: lane A 55 min, lane B 65 min; since then the bad
+# inventory table runs 30 of its rows in the sandbox, one or more per preflight task that can fail, not 53).
 # A sandbox module spends most of its time waiting for services (weight loading, health checks, loads at a
 # set rate), so two of them share the 2 cores of a CI machine well; each module boots its own named sandbox
 # and the sandbox tool locks what they share (rootfs, wheelhouse, network). Fails if either lane fails.

@@ -510,7 +510,12 @@ def test_kill_9_of_one_of_two_under_load(cluster, role, router_impl, capsys):
     # The load ran on past the recovery: 16 at a time until its deadline (each request takes about 2 s: a 1 s prefill,
     # its handoff and 16 tokens).
     assert cost["sent"] >= 400 and result["t0"] + result["elapsed"] > back, (cost, back)
-    assert faults.over_budget(cost, role, True) == [], faults.over_budget(cost, role, True)
+    # on failure: the failed requests (start after the kill, seconds taken, status) and what the router routed to
+    failed = [(round(result["t0"] + start - kill_at, 2), round(end - start, 2), status)
+              for start, end, status in result["timeline"] if status != "200"]  # fmt: skip
+    routing = [(round(result["t0"] + t - kill_at, 2), state) for t, state in result["workers"]]
+    assert faults.over_budget(cost, role, True) == [], (faults.over_budget(cost, role, True), cost, failed[-10:],
+                                                        routing)  # fmt: skip
 
 
 # Issue 20: day-2 changes of the instance set, one after the other on the same deployment, each under the rolling
@@ -537,6 +542,11 @@ def _deployed(host):
 def test_scale_in_scale_out_and_rename_under_load(cluster, router_impl, capsys):
     decode1_host = cluster["layout"]["decode"][1]["name"]
     prefill_host = cluster["layout"]["prefill"][0]["name"]
+    # An earlier run of this test that failed after its scale-in left decode1 out: put it back first (not under
+    # load, not measured), so this run's scale-in has an instance to retire.
+    if "sglang-decode1" not in _deployed(decode1_host)[0]:
+        _decode_host_vars(cluster, [DECODE_INSTANCES[4]])
+        playbook(cluster, cluster["vars"])
     router_started = started_at(router(cluster), "sglang-router")
     # The rename takes prefill1 to prefill2 (same GPUs and ports); on a deployment an earlier run renamed, back.
     was, now = ("prefill2", "prefill1") if "sglang-prefill2" in _deployed(prefill_host)[0] else ("prefill1", "prefill2")
@@ -774,8 +784,9 @@ def test_worker_on_another_host_refuses_a_request_without_the_key(cluster, route
     password.write_text(os.urandom(16).hex())
     secrets_file.write_text(f"sglang_router_api_key: {key}\nsglang_worker_api_key: {key}\n")
     run([str(VENV_BIN / "ansible-vault"), "encrypt", str(secrets_file), "--vault-password-file", str(password)])
-    proc = run([str(VENV_BIN / "ansible-playbook"), "-i", str(cluster["inventory"]), "site.yml",
-                "-e", f"@{secrets_file}", "--vault-password-file", str(password)], timeout=1500)  # fmt: skip
+    # with the variables of the changes before it (among them sglang_router_impl: without it the run would switch
+    # the router back to the default program)
+    proc = playbook(cluster, cluster["vars"], "-e", f"@{secrets_file}", "--vault-password-file", str(password))
     assert key not in proc.stdout
     decode = cluster["layout"]["decode"][0]
     # /v1/models needs the key on a worker that has one (sglang leaves only /health* and /metrics open).
@@ -798,6 +809,7 @@ def test_worker_on_another_host_refuses_a_request_without_the_key(cluster, route
         router(cluster),
         "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '; ps -eo args; cat /etc/systemd/system/sglang-*",
     )
-    assert "smg" in on(router(cluster), "ps -eo args"), "SMG does not run on the router host"
+    # SMG names its process smg::router (smg/launch_router.py); sglang-router's is sglang::router
+    assert "smg::router" in on(router(cluster), "ps -eo args").split("\n"), "SMG does not run on the router host"
     assert f"{decode['address']}:30001" in on(host, "ss -Hltn")
     assert "0.0.0.0:30001" not in on(host, "ss -Hltn")

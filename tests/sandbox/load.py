@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> dict:
     start_mono = time.monotonic()
     lock = threading.Lock()
     next_seq = [0]
+    next_start = [start_mono]  # the earliest moment the next request may start (with --rate)
     timeline: list[list] = []
     changes: list[list] = []
     done = threading.Event()
@@ -122,10 +123,15 @@ def run(args: argparse.Namespace) -> dict:
             if seq >= args.requests:
                 return None
             next_seq[0] += 1
-        if args.rate:
-            delay = start_mono + seq / args.rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
+            # --rate spaces starts at least 1/R apart, counted from the last start (not from t0): a load that ran
+            # below its rate (slow answers) saves up no starts to spend at once when requests begin to fail fast
+            # (a refused connection), so a restart costs seconds of requests at most R per second.
+            when = max(time.monotonic(), next_start[0])
+            if args.rate:
+                next_start[0] = when + 1 / args.rate
+        delay = when - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
         if args.stop_file and os.path.exists(args.stop_file):
             return None
         return seq if time.monotonic() < stop_at else None
