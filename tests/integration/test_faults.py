@@ -40,8 +40,10 @@ QUICK = {
     "sglang_prefill_extra_env": {"SGLANG_SIM_TOKEN_LATENCY": TOKEN_LATENCY},
     "sglang_decode_extra_env": {"SGLANG_SIM_TOKEN_LATENCY": TOKEN_LATENCY},
 }
-# The fault load: 1400 requests, 16 at a time, at most 20 starts/s (about 70 s): the kill lands 2 s in, the killed
-# unit loads for faults.STARTUP_DELAY s before it serves again, and the load goes on past its recovery.
+# The fault load: at most 1400 requests, 16 at a time, at most 20 starts/s, none started after 80 s: the kill lands
+# 2 s in, the killed unit loads for faults.STARTUP_DELAY s before it serves again, and the load goes on past its
+# recovery. (load.py spaces starts from the last one: the seconds the 16 spent on timeouts are not made up for
+# later, so the load usually ends at its deadline with fewer than 1400 sent.)
 FAULT_LOAD = ["run", "--requests", "1400", "--concurrency", "16", "--rate", "20", "--timeout", "10",
               "--deadline", "80", "--readiness"]  # fmt: skip
 AFTER_LOAD = ["run", "--requests", "100", "--concurrency", "16", "--timeout", "10", "--deadline", "30"]
@@ -184,7 +186,12 @@ def test_kill_9_under_load_recovers_and_then_nothing_fails(host, unit, capsys):
     report(capsys, f"kill -9 {unit} (no redundancy): {cost['failed']}/{cost['sent']} failed, the last one started "
                    f"{cost['last_failure_s']} s after the kill; ready again after {cost['recovery_s']} s")  # fmt: skip
     faults.record(f"kill -9 {unit.removeprefix('sglang-')}", "1P1D (none)", cost)
-    assert result["total"] == 1400, f"the load stopped early: {result['total']} requests"
+    # it ran to its end: every request sent, or starts until its deadline (80 s; a gap of 5 s at most, for 16
+    # requests that were all waiting on their 10 s timeout)
+    last_start = max(start for start, _end, _status in result["timeline"])
+    assert result["total"] == 1400 or last_start >= 80 - 5, (
+        f"the load stopped early: {result['total']} requests, the last started at {last_start:.1f} s"
+    )
     assert split["after"]["requests"] > 0, "the load ended before the deployment was ready again: nothing tested after"
     role = unit.removeprefix("sglang-").rstrip("0123456789")
     assert faults.over_budget(cost, role, False) == [], faults.over_budget(cost, role, False)
