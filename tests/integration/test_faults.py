@@ -44,8 +44,9 @@ QUICK = {
 # 2 s in, the killed unit loads for faults.STARTUP_DELAY s before it serves again, and the load goes on past its
 # recovery. (load.py spaces starts from the last one: the seconds the 16 spent on timeouts are not made up for
 # later, so the load usually ends at its deadline with fewer than 1400 sent.)
-FAULT_LOAD = ["run", "--requests", "1400", "--concurrency", "16", "--rate", "20", "--timeout", "10",
-              "--deadline", "80", "--readiness"]  # fmt: skip
+FAULT_REQUESTS, FAULT_DEADLINE = 1400, 80
+FAULT_LOAD = ["run", "--requests", str(FAULT_REQUESTS), "--concurrency", "16", "--rate", "20", "--timeout", "10",
+              "--deadline", str(FAULT_DEADLINE), "--readiness"]  # fmt: skip
 AFTER_LOAD = ["run", "--requests", "100", "--concurrency", "16", "--timeout", "10", "--deadline", "30"]
 KILL_AFTER = 2.0  # seconds into the load
 READY_TIMEOUT = 120  # the router's circuit breaker alone holds requests off for about 60 s
@@ -186,10 +187,10 @@ def test_kill_9_under_load_recovers_and_then_nothing_fails(host, unit, capsys):
     report(capsys, f"kill -9 {unit} (no redundancy): {cost['failed']}/{cost['sent']} failed, the last one started "
                    f"{cost['last_failure_s']} s after the kill; ready again after {cost['recovery_s']} s")  # fmt: skip
     faults.record(f"kill -9 {unit.removeprefix('sglang-')}", "1P1D (none)", cost)
-    # it ran to its end: every request sent, or starts until its deadline (80 s; a gap of 5 s at most, for 16
+    # it ran to its end: every request sent, or starts until its deadline (a gap of 5 s at most, for 16
     # requests that were all waiting on their 10 s timeout)
     last_start = max(start for start, _end, _status in result["timeline"])
-    assert result["total"] == 1400 or last_start >= 80 - 5, (
+    assert result["total"] == FAULT_REQUESTS or last_start >= FAULT_DEADLINE - 5, (
         f"the load stopped early: {result['total']} requests, the last started at {last_start:.1f} s"
     )
     assert split["after"]["requests"] > 0, "the load ended before the deployment was ready again: nothing tested after"

@@ -109,10 +109,9 @@ def run(args: argparse.Namespace) -> dict:
         os.remove(args.stop_file)
     t0 = time.time()
     stop_at = time.monotonic() + args.deadline
-    start_mono = time.monotonic()
     lock = threading.Lock()
     next_seq = [0]
-    next_start = [start_mono]  # the earliest moment the next request may start (with --rate)
+    next_start = [time.monotonic()]  # the earliest moment the next request may start (with --rate)
     timeline: list[list] = []
     changes: list[list] = []
     done = threading.Event()
