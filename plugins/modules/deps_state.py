@@ -1,0 +1,141 @@
+#!/usr/bin/python
+# Copyright: disagg.sglang contributors
+# SPDX-License-Identifier: Apache-2.0 (see LICENSE)
+"""Read, in one call, what the deps role would otherwise ask pip and the package manager (module_utils/deps_state)."""
+
+DOCUMENTATION = r"""
+---
+module: deps_state
+short_description: Read whether a host's planned venvs and OS packages are in place, and which venvs it holds
+version_added: "0.1.0"
+description:
+  - For each planned venv, whether it is whole - its Python runs, its stamp file names this run's package set, and
+    every requirement of its lists (with the dependencies of those pip installs with dependencies) is installed at
+    an allowed version - and, if not, why. The deps role runs pip, the verification and the stamp only for a venv
+    that is not whole, so a run that changes nothing asks pip nothing, and a package removed by hand is found.
+  - Which OS packages of a list are missing (dpkg, else rpm; unknown where neither answers).
+  - The stamped venvs under a directory (path, kind, age) and the venvs the deployed units run (their records),
+    which the prune step reads.
+  - Changes nothing.
+options:
+  venvs:
+    description: The planned venvs, each C({kind, path, stamp}); C(stamp) is what its stamp file must hold, its
+      package lists (C(packages), installed with dependencies, and C(nodeps)) among it.
+    type: list
+    elements: dict
+    default: []
+  os_packages:
+    description: OS package names that must be installed.
+    type: list
+    elements: str
+    default: []
+  venvs_dir:
+    description: The directory of the versioned venvs (C(sglang_venvs_dir)).
+    type: path
+    required: true
+  record_dir:
+    description: The directory of the units' records (C(sglang_record_dir)).
+    type: path
+    required: true
+author:
+  - disagg.sglang maintainers (!UNKNOWN)
+attributes:
+  check_mode:
+    support: full
+    description: Only reads, so check mode reads as a real run does.
+  diff_mode:
+    support: none
+    description: Changes nothing, so there is nothing to show.
+"""
+
+EXAMPLES = r"""
+- name: Read what the host has
+  disagg.sglang.deps_state:
+    venvs:
+      - kind: router
+        path: /opt/sglang/venvs/router-0123456789ab
+        stamp: {kind: router, name: router-0123456789ab, packages: [sglang-router==0.3.2], nodeps: [],
+                python: python3, wheelhouse: ""}
+    os_packages: [numactl, python3-venv]
+    venvs_dir: /opt/sglang/venvs
+    record_dir: /var/lib/disagg-sglang/deployed
+  register: deps
+"""
+
+RETURN = r"""
+venvs:
+  description: Per planned venv path, C({python, whole, problems}).
+  type: dict
+  returned: always
+  sample: {"/opt/sglang/venvs/router-0123456789ab": {"python": true, "whole": false,
+           "problems": ["sglang-router is not installed"]}}
+os_missing:
+  description: The OS packages not installed; null when neither dpkg nor rpm could tell.
+  type: list
+  elements: str
+  returned: always
+stamps:
+  description: The stamp file of each venv under venvs_dir, C({path, mtime}) (the filter venvs_to_remove reads them).
+  type: list
+  elements: dict
+  returned: always
+in_use:
+  description: The pythons the deployed units run, from their records (each names its venv).
+  type: list
+  elements: str
+  returned: always
+"""
+
+import glob
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.disagg.sglang.plugins.module_utils import deps_state, venvs
+
+
+def read(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "venvs": {"type": "list", "elements": "dict", "default": []},
+            "os_packages": {"type": "list", "elements": "str", "default": []},
+            "venvs_dir": {"type": "path", "required": True},
+            "record_dir": {"type": "path", "required": True},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+
+    def run(argv):
+        if not os.path.isabs(argv[0]) and module.get_bin_path(argv[0]) is None:
+            return 127, "", f"{argv[0]}: not found"
+        return module.run_command(argv, environ_update={"LC_ALL": "C"})
+
+    states = {v["path"]: deps_state.venv_state(v, run, read, os.path.exists) for v in params["venvs"]}
+    stamps = [{"path": p, "mtime": os.stat(p).st_mtime}
+              for p in sorted(glob.glob(os.path.join(params["venvs_dir"], "*", venvs.STAMP)))]  # fmt: skip
+    records = {}
+    for path in sorted(glob.glob(os.path.join(params["record_dir"], "*.json"))):
+        try:
+            records[path] = json.loads(read(path) or "null")
+        except ValueError:
+            continue
+    module.exit_json(
+        changed=False,
+        venvs=states,
+        os_missing=deps_state.os_missing(params["os_packages"], run),
+        stamps=stamps,
+        in_use=deps_state.in_use(records),
+    )
+
+
+if __name__ == "__main__":
+    main()

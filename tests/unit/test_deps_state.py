@@ -1,0 +1,125 @@
+"""What the deps role reads before it builds (module_utils/deps_state.py): a venv is whole only when its Python runs,
+its stamp is this run's and every requirement (with the dependencies pip would install) is there at an allowed
+version. The distribution check runs for real, in this venv's Python, over distributions made in a temp dir."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from ansible_collections.disagg.sglang.plugins.module_utils import deps_state
+
+
+def make_dist(site, name, version, requires=()):
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    lines += [f"Requires-Dist: {r}" for r in requires]
+    (info / "METADATA").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(name="site")
+def fixture_site(tmp_path):
+    site = tmp_path / "site"
+    make_dist(site, "disagg-top", "1.2.0", ["disagg-dep>=2", "disagg-gone", 'disagg-win; sys_platform == "win32"',
+                                            'disagg-extra; extra == "more"'])  # fmt: skip
+    make_dist(site, "disagg-dep", "2.1")
+    return site
+
+
+def check(site, wanted):
+    proc = subprocess.run(
+        [sys.executable, "-c", deps_state.SATISFIED_SCRIPT, json.dumps(wanted)],
+        capture_output=True, text=True, check=True, env={"PYTHONPATH": str(site)},
+    )  # fmt: skip
+    return json.loads(proc.stdout)["problems"]
+
+
+@pytest.mark.parametrize(
+    ("wanted", "problems"),
+    [
+        ([["disagg-dep==2.1", True]], []),
+        ([["Disagg_Dep>=2,<3", True]], []),  # names compare as pip compares them
+        ([["disagg-dep==2.0", True]], ["disagg-dep 2.1 is installed, disagg-dep==2.0 wants ==2.0"]),
+        ([["disagg-none", True]], ["disagg-none is not installed"]),
+        # with dependencies: a dependency removed by hand is found; a marker that does not hold asks for nothing
+        ([["disagg-top==1.2.0", True]], ["disagg-gone is not installed (required by disagg-top 1.2.0)"]),
+        # without them (sglang_deps_packages_nodeps): only the package itself
+        ([["disagg-top==1.2.0", False]], []),
+        # an extra asked for brings its requirement
+        ([["disagg-top[more]", False], ["disagg-top[more]==1.2.0", True]],
+         ["disagg-gone is not installed (required by disagg-top 1.2.0)",
+          "disagg-extra is not installed (required by disagg-top 1.2.0)"]),
+        ([["./wheels/disagg_dep-2.1-py3-none-any.whl", True]],
+         ["./wheels/disagg_dep-2.1-py3-none-any.whl is not a name and version: pip decides"]),
+    ],
+)  # fmt: skip
+def test_the_distribution_check_finds_what_pip_would_install(site, wanted, problems):
+    assert check(site, wanted) == problems
+
+
+STAMP = {"kind": "engine", "name": "engine-abc", "packages": ["disagg-dep==2.1"], "nodeps": ["disagg-top"]}
+VENV = {"kind": "engine", "path": "/v/engine-abc", "stamp": STAMP}
+
+
+def fake_run(rc=0, out='{"problems": []}', err=""):
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return rc, out, err
+
+    run.calls = calls
+    return run
+
+
+@pytest.mark.parametrize(
+    ("run", "files", "whole", "problems"),
+    [
+        (fake_run(), {"/v/engine-abc/disagg-venv.json": json.dumps(STAMP)}, True, []),
+        (fake_run(), {}, False, ["it has no disagg-venv.json (never verified)"]),
+        (fake_run(), {"/v/engine-abc/disagg-venv.json": json.dumps({**STAMP, "packages": []})}, False,
+         ["its disagg-venv.json names another package set (not verified as it is)"]),
+        (fake_run(out='{"problems": ["disagg-dep is not installed"]}'),
+         {"/v/engine-abc/disagg-venv.json": json.dumps(STAMP)}, False, ["disagg-dep is not installed"]),
+        (fake_run(rc=1, out="", err="Traceback\nImportError: libpython3.11.so"),
+         {"/v/engine-abc/disagg-venv.json": json.dumps(STAMP)}, False,
+         ["its distribution check did not run (ImportError: libpython3.11.so)"]),
+    ],
+)  # fmt: skip
+def test_a_venv_is_whole_only_when_checked_and_stamped_for_this_run(run, files, whole, problems):
+    state = deps_state.venv_state(VENV, run, files.get, lambda path: path == "/v/engine-abc/bin/python")
+    assert (state["whole"], state["problems"]) == (whole, problems)
+    argv = run.calls[0]
+    assert argv[0] == "/v/engine-abc/bin/python"
+    assert json.loads(argv[3]) == [["disagg-dep==2.1", True], ["disagg-top", False]]
+
+
+def test_a_venv_without_python_does_not_exist_and_nothing_runs_in_it():
+    run = fake_run()
+    state = deps_state.venv_state(VENV, run, {}.get, lambda path: False)
+    assert state == {"python": False, "whole": False, "problems": ["it does not exist"]}
+    assert run.calls == []
+
+
+@pytest.mark.parametrize(
+    ("answers", "missing"),
+    [
+        ({"dpkg-query": (0, "numactl install ok installed\npython3-venv install ok installed\n", "")}, []),
+        ({"dpkg-query": (1, "numactl install ok installed\n", "dpkg-query: no packages found matching python3-venv")},
+         ["python3-venv"]),
+        ({"dpkg-query": (0, "numactl deinstall ok config-files\npython3-venv install ok installed\n", "")},
+         ["numactl"]),
+        ({"dpkg-query": (127, "", "not found"), "rpm": (1, "numactl\npackage python3-venv is not installed\n", "")},
+         ["python3-venv"]),
+        ({"dpkg-query": (127, "", "not found"), "rpm": (127, "", "not found")}, None),
+    ],
+)  # fmt: skip
+def test_the_os_packages_missing_are_named_or_unknown(answers, missing):
+    assert deps_state.os_missing(["numactl", "python3-venv"], lambda argv: answers[argv[0]]) == missing
+
+
+def test_the_pythons_in_use_come_from_the_records():
+    records = {"a": {"python": "/v/engine-abc/bin/python"}, "b": {"unreadable": "x"}, "c": None,
+               "d": {"python": "/v/engine-abc/bin/python"}, "e": {"python": "/v/router-1/bin/python"}}  # fmt: skip
+    assert deps_state.in_use(records) == ["/v/engine-abc/bin/python", "/v/router-1/bin/python"]
