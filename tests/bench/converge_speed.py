@@ -10,13 +10,13 @@ P2  no-op converge of one host (sandbox bench-speed, the one-host sandbox invent
     host rather than on the controller only (set_fact, debug, assert, ...: from the bench_timing callback).
 P6  rolling overhead per batch (sandbox bench-roll, one host: prefill0 TP4, decode0 and decode1 TP2 each, the router).
     Per run, decode1 alone gets a changed environment variable (its instance's env BENCH_ROLL), so exactly one batch
-    rolls. Measured: (a) the playbook's wall time, split into before / the rolling step (rolling.yml) / after;
-    (b) the batch's own time, from the start of the first task of rolling_batch.yml to the start of the task after
-    its last one (task start times from the bench_timing callback); (c) the engine's own stop and start, from
-    the decode1 unit's journal: stop = systemd's "Stopping" to "Stopped", start = "Started" to the simulator's
-    "The server is fired up and ready to roll!". overhead = batch - (stop + start): what the collection adds (router
-    out and in, the drain check, the health polls, systemd between Stopped and Started). For the simulator's
-    start-up delay SGLANG_SIM_STARTUP_DELAY (sglang_decode_extra_env) 0 and 20 s; no load runs meanwhile.
+    rolls. Measured: (a) the playbook's wall time, split into before / the rolling step (rolling.yml and the files it
+    includes) / after; (b) the batch's own time, from the start of the first task of rolling_batch.yml to the start
+    of the task after its last one (task start times from the bench_timing callback); (c) the engine's own stop and
+    start, from the decode1 unit's journal: stop = systemd's "Stopping" to "Stopped", start = "Started" to the
+    simulator's "The server is fired up and ready to roll!". overhead = batch - (stop + start): what the collection
+    adds (router out and in, the drain check, the health polls, systemd between Stopped and Started). For the
+    simulator's start-up delay SGLANG_SIM_STARTUP_DELAY (sglang_decode_extra_env) 0 and 20 s; no load runs meanwhile.
 P4  cold converge of four hosts over a cold converge of one host: fresh sandbox hosts booted for each converge (down,
     up), then site.yml. One host: bench-cold1 with the one-host sandbox inventory (1 prefill, 1 decode, router);
     four hosts: bench-cold4 with the multi-host scenario of tests/integration/multihost.py (a router host, a
@@ -55,7 +55,9 @@ RECAP_KEYS = ("ok", "changed", "unreachable", "failed", "skipped", "rescued", "i
 # Actions that run on the controller only: their ok results never reached a host.
 CONTROLLER_ACTIONS = {"set_fact", "debug", "assert", "fail", "meta", "add_host", "group_by", "include_vars",
                       "include_tasks", "include_role", "import_tasks", "import_role", "set_stats"}  # fmt: skip
-ROLLING = "roles/sglang_worker/tasks/rolling.yml"
+# The rolling step: rolling.yml and the files it includes (rolling_restart.yml, rolling_batch.yml, ...); one batch:
+# rolling_batch.yml.
+ROLLING = re.compile(r"roles/sglang_worker/tasks/rolling[^/]*\.yml$")
 ROLLING_BATCH = "roles/sglang_worker/tasks/rolling_batch.yml"
 DELAYS = (0, 20)
 DECODE1 = "decode1"
@@ -234,12 +236,12 @@ def engine_times(entries, since):
 def rolling_timeline(playbook):
     """Seconds before the rolling step, of it, after it, and [(batch seconds, [(task seconds, name)])]."""
     spans = playbook.task_spans()
-    rolling = [i for i, (_, _, task) in enumerate(spans) if task_file(task).endswith((ROLLING, ROLLING_BATCH))]
+    rolling = [i for i, (_, _, task) in enumerate(spans) if ROLLING.search(task_file(task))]
     if not rolling:
         raise SystemExit("P6: the run did not reach the rolling step (no task of rolling.yml)")
     first, last = rolling[0], rolling[-1]
     step_start, step_end = spans[first][0], spans[last][1]
-    batch_tasks = [i for i in rolling if task_file(spans[i][2]).endswith(ROLLING_BATCH)]
+    batch_tasks = [i for i in range(first, last + 1) if task_file(spans[i][2]).endswith(ROLLING_BATCH)]
     first_line = min(task_line(spans[i][2]) for i in batch_tasks) if batch_tasks else None
     batches = []
     for i in batch_tasks:
