@@ -15,6 +15,12 @@ def connect_targets(worker_specs):
     return cluster_rules.connect_targets(list(worker_specs))
 
 
+def deployment_bind_problems(worker_specs, bind_outcomes):
+    """The bind problems of every worker host from the outcomes each host found (see
+    cluster_rules.deployment_bind_problems)."""
+    return cluster_rules.deployment_bind_problems(list(worker_specs or []), dict(bind_outcomes or {}))
+
+
 def rolling_plan(changed, inputs):
     """The restart batches of the changed worker units (see rolling.rolling_plan)."""
     return rolling.rolling_plan(list(changed), inputs)
@@ -61,6 +67,7 @@ class FilterModule:
         return {
             "worker_api_key_problems": worker_api_key_problems,
             "connect_targets": connect_targets,
+            "deployment_bind_problems": deployment_bind_problems,
             "rolling_plan": rolling_plan,
             "role_totals": role_totals,
             "restart_decision": restart_decision,
