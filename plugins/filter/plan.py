@@ -33,6 +33,11 @@ def cli_check_groups(units_by_host, venv_ready=None):
     return plan.cli_check_groups(dict(units_by_host or {}), dict(venv_ready or {}))
 
 
+def placement_lines(specs):
+    """The lines the preflight shows of each worker spec's placement (see plan.placement_lines)."""
+    return plan.placement_lines(list(specs or []))
+
+
 def profile_file(name, inventory_dir, shipped_dir):
     """{path, problems}: the first existing file sglang_profile names, or a message naming where it looked."""
     candidates = plan.profile_candidates(name, inventory_dir, shipped_dir)
@@ -154,6 +159,7 @@ class FilterModule:
             "router_impl_running": router_impl_running,
             "pd_problems": pd_problems,
             "cli_check_groups": cli_check_groups,
+            "placement_lines": placement_lines,
             "profile_file": profile_file,
             "deps_problems": deps_problems,
             "router_packages_problems": router_packages_problems,

@@ -421,3 +421,15 @@ def cli_check_groups(units_by_host, venv_ready=None):
             (h for h in group["hosts"] if (ready.get(h) or {}).get(group["python"]) is True), group["hosts"][0]
         )
     return list(groups.values())
+
+
+def placement_lines(specs):
+    """One line per worker spec for the preflight to show: "UNIT: GPUs 0,1, NUMA node 0, CPUs 0-31" and the
+    placement's warnings."""
+    lines = []
+    for spec in specs or []:
+        line = (f"{spec.get('unit')}: GPUs {','.join(str(g) for g in spec.get('gpus') or [])}, NUMA node "
+                f"{spec.get('numa_node')}, CPUs {spec.get('cpus')}")  # fmt: skip
+        warnings = spec.get("warnings") or []
+        lines.append(line + (f"; WARNING: {'; '.join(warnings)}" if warnings else ""))
+    return lines

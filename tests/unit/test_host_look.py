@@ -209,3 +209,16 @@ def test_the_flags_of_every_host_are_checked_once_per_program_on_a_host_that_has
         "p2 decode0": ["--host", "10.0.0.2", "--port", "30000"],
     }
     assert groups[0]["units"] == ["sglang-prefill0", "sglang-decode0"] and groups[1]["units"] == ["sglang-decode0"]
+
+
+def test_the_placement_shown_names_gpus_node_cpus_and_warnings():
+    lines = plan.placement_lines(
+        [
+            {"unit": "sglang-prefill0", "gpus": [0, 1], "numa_node": 0, "cpus": "0-31", "warnings": []},
+            {"unit": "sglang-decode0", "gpus": [4], "numa_node": None, "cpus": "32-63", "warnings": ["a", "b"]},
+        ]
+    )
+    assert lines == [
+        "sglang-prefill0: GPUs 0,1, NUMA node 0, CPUs 0-31",
+        "sglang-decode0: GPUs 4, NUMA node None, CPUs 32-63; WARNING: a; b",
+    ]
