@@ -42,6 +42,11 @@ def with_previous(specs, previous_files, previous_env_files, host, previous_reco
     return rolling.with_previous(list(specs), previous_files, previous_env_files, host, previous_records)
 
 
+def health_services(specs, restarts):
+    """What the health wait polls for the started units (see rolling.health_services)."""
+    return rolling.health_services(list(specs or []), dict(restarts or {}))
+
+
 def unit_record(spec, unit_dir):
     """The record of a deployed unit (see units.record)."""
     return units.record(spec, unit_dir)
@@ -73,6 +78,7 @@ class FilterModule:
             "restart_decision": restart_decision,
             "rolling_left": rolling_left,
             "with_previous": with_previous,
+            "health_services": health_services,
             "env_file_value": env_file_value,
             "unit_record": unit_record,
             "retire_problems": retire_problems,

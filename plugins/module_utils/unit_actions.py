@@ -12,6 +12,7 @@ systemd reports, and one loop with an injected runner; tests/unit/test_unit_acti
 
 Actions, in the order they run: reset-failed (a unit that is not active: a crash loop left its start limit hit;
 this run starts it again), restart (its unit or environment file changed), start (it does not run), enable.
+It returns each unit's restart count after acting (NRestarts), from which the health wait counts a crash.
 """
 
 PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "UnitFileState")
@@ -79,4 +80,9 @@ def apply(run, units, restart, reload, check):
                     errors[name] = f"systemctl {action}: {err.strip() or 'rc ' + str(rc)}"
                     break
     acted = {name: todo for name, todo in actions.items() if todo and todo != ["missing"]}
-    return {"changed": bool(acted) or (reload and not check), "actions": acted, "errors": errors}
+    restarts = {}
+    if units:  # after the actions: reset-failed clears a unit's restart count
+        _rc, out, _err = run(["systemctl", "show", "--property=Id,NRestarts", *map(service, units)])
+        restarts = {name: int(p.get("NRestarts") or 0) for name, p in parse_show(out).items()}
+    return {"changed": bool(acted) or (reload and not check), "actions": acted, "errors": errors,
+            "restarts": restarts}  # fmt: skip

@@ -59,6 +59,10 @@ errors:
   description: Per unit, what systemd refused.
   type: dict
   returned: always
+restarts:
+  description: Per unit, its restart count (C(NRestarts)) after the actions; the health wait counts a crash from it.
+  type: dict
+  returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -19,6 +19,8 @@ class Systemctl:
 
     def __call__(self, argv):
         self.calls.append(argv)
+        if argv[1] == "show" and argv[2] == "--property=Id,NRestarts":
+            return 0, "".join(f"Id={n}\nNRestarts=0\n\n" for n in argv[3:]), ""
         if argv[1] == "show":
             return 0, self.text, ""
         if argv[1] in ("start", "restart") and argv[2] in self.refuse:
@@ -55,14 +57,16 @@ def test_each_unit_gets_only_what_it_needs(states, units, restart, acted):
     assert result["changed"] == bool(acted)
     done = [argv[1:] for argv in systemctl.calls if argv[1] != "show"]
     assert done == [[action, name] for name, todo in acted.items() for action in todo]
-    assert len([argv for argv in systemctl.calls if argv[1] == "show"]) == 1
+    assert len([argv for argv in systemctl.calls if argv[1] == "show"]) == 2  # the state, then the restart counts
+    assert result["restarts"] == {f"{name}.service": 0 for name in units}
 
 
 def test_check_mode_says_what_it_would_do_and_does_nothing():
     systemctl = Systemctl(show(p=("loaded", "failed", "enabled")))
     result = unit_actions.apply(systemctl, ["p"], ["p"], reload=True, check=True)
-    assert result == {"changed": True, "actions": {"p.service": ["reset-failed", "restart"]}, "errors": {}}
-    assert [argv[1] for argv in systemctl.calls] == ["show"]
+    assert result == {"changed": True, "actions": {"p.service": ["reset-failed", "restart"]}, "errors": {},
+                      "restarts": {"p.service": 0}}  # fmt: skip
+    assert [argv[1] for argv in systemctl.calls] == ["show", "show"]
 
 
 def test_a_unit_systemd_refuses_is_named_and_the_others_still_act():
