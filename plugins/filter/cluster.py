@@ -2,7 +2,7 @@
 # Apache License 2.0 (see galaxy.yml)
 """Filters of a deployment over several hosts. Logic: plugins/module_utils/cluster_rules.py, rolling.py."""
 
-from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, rolling, rules, units
+from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, rolling, rules, unit_files, units
 
 
 def worker_api_key_problems(worker_key, router_key):
@@ -47,6 +47,21 @@ def health_services(specs, restarts):
     return rolling.health_services(list(specs or []), dict(restarts or {}))
 
 
+def unit_file_specs(units, texts, unit_dir, record_dir):
+    """The unit file and record of each unit as unit_files writes them (see unit_files.file_specs)."""
+    return unit_files.file_specs(list(units), dict(texts), unit_dir, record_dir)
+
+
+def env_file_specs(specs, texts):
+    """The environment file of each unit spec as unit_files writes it (see unit_files.env_file_specs)."""
+    return unit_files.env_file_specs(list(specs), dict(texts))
+
+
+def files_of_kind(result, kind):
+    """unit_files' answer for one kind of file, shaped as a registered loop (see unit_files.of_kind)."""
+    return unit_files.of_kind(result, kind)
+
+
 def unit_record(spec, unit_dir):
     """The record of a deployed unit (see units.record)."""
     return units.record(spec, unit_dir)
@@ -79,6 +94,9 @@ class FilterModule:
             "rolling_left": rolling_left,
             "with_previous": with_previous,
             "health_services": health_services,
+            "unit_file_specs": unit_file_specs,
+            "env_file_specs": env_file_specs,
+            "files_of_kind": files_of_kind,
             "env_file_value": env_file_value,
             "unit_record": unit_record,
             "retire_problems": retire_problems,
