@@ -10,8 +10,8 @@ systemd reports, and one loop with an injected runner; tests/unit/test_unit_acti
                                  reads, decides and acts (nothing in check mode); never fails on a unit that systemd
                                  refuses to start: the health wait sees it failed and rolls it back
 
-Actions, in the order they run: reset-failed (a unit that is not active: a crash loop left its start limit hit;
-this run starts it again), restart (its unit or environment file changed), start (it does not run), enable.
+Actions, in the order they run: reset-failed (a failed unit: a crash loop left its start limit hit; this run
+starts it again), restart (its unit or environment file changed), start (it does not run), enable.
 It returns each unit's restart count after acting (NRestarts), from which the health wait counts a crash.
 """
 
@@ -45,7 +45,7 @@ def plan(states, units, restart):
             actions[name] = ["missing"]
             continue
         running = state.get("ActiveState") in RUNNING
-        todo = [] if running else ["reset-failed"]
+        todo = ["reset-failed"] if state.get("ActiveState") == "failed" else []
         if name in restart:
             todo.append("restart")
         elif not running:
@@ -76,7 +76,7 @@ def apply(run, units, restart, reload, check):
                     errors[name] = "systemd does not know this unit"
                     continue
                 rc, _out, err = run(["systemctl", action, name])
-                if rc != 0:
+                if rc != 0 and action != "reset-failed":  # nothing to reset is no error
                     errors[name] = f"systemctl {action}: {err.strip() or 'rc ' + str(rc)}"
                     break
     acted = {name: todo for name, todo in actions.items() if todo and todo != ["missing"]}

@@ -4,7 +4,8 @@
 directories per unit): each unit's environment file (secrets), unit file and record. Tested with a temp dir in
 tests/unit/test_unit_files.py.
 
-    write(files, dirs, check, fs)   {files: [{path, kind, unit, changed, backup_file?}], diff: [...], changed}
+    write(files, dirs, check, fs, absent)
+                                    {files: [{path, kind, unit, changed, backup_file?}], diff, removed, changed}
 
 A file is changed when its content, mode or owner differ; a changed file that existed keeps a backup (the name
 ansible's own backup gives: PATH.PID.DATE@TIME~, which systemd ignores) for the rollback; a file is written whole
@@ -51,10 +52,16 @@ def ensure_dir(spec, check):
     return differs
 
 
-def write(files, dirs, check, fs):
-    """Writes each file {path, content, mode, owner, group, kind, unit, secret} whose content or attributes differ.
+def write(files, dirs, check, fs, absent=()):
+    """Writes each file {path, content, mode, owner, group, kind, unit, secret} whose content or attributes differ,
+    and removes the paths of absent that exist (the previous files a run no longer needs).
     fs: {backup(path) -> backup path, replace(tmp, path)} (the module's backup_local and atomic_move)."""
     changed = any([ensure_dir(d, check) for d in dirs or []])
+    removed = [p for p in absent or [] if p and os.path.lexists(p)]
+    if not check:
+        for path in removed:
+            os.remove(path)
+    changed = changed or bool(removed)
     out, diffs = [], []
     for spec in files:
         path, content = spec["path"], spec["content"].encode()
@@ -89,7 +96,7 @@ def write(files, dirs, check, fs):
             _set_attrs(path, mode, owner, group)
         changed = changed or result["changed"]
         out.append(result)
-    return {"changed": changed, "files": out, "diff": diffs}
+    return {"changed": changed, "files": out, "diff": diffs, "removed": removed}
 
 
 def file_specs(units, texts, unit_dir, record_dir):

@@ -6,7 +6,7 @@
 DOCUMENTATION = r"""
 ---
 module: unit_files
-short_description: Write the environment files, unit files and records of a host's units in one call
+short_description: Write (and remove) the environment files, unit files and records of a host's units in one call
 version_added: "0.1.0"
 description:
   - Creates the directories, then writes each file whose content, mode or owner differ, keeping a backup of a
@@ -51,6 +51,11 @@ options:
       unit:
         description: The unit it belongs to (returned as C(item.unit)).
         type: str
+  absent:
+    description: Paths to remove where they exist (the previous files of a unit once the run no longer needs them).
+    type: list
+    elements: path
+    default: []
   secret_files:
     description: As O(files), for files that hold secrets - their content is never logged nor put in a diff.
     type: list
@@ -79,6 +84,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+removed:
+  description: The paths of O(absent) that existed and were removed (in check mode, would be).
+  type: list
+  elements: str
+  returned: always
 files:
   description: Per file C({path, kind, item: {unit}, changed, backup_file}); C(backup_file) where a backup was kept.
   type: list
@@ -109,6 +119,7 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "dirs": {"type": "list", "elements": "dict", "default": []},
+            "absent": {"type": "list", "elements": "path", "default": []},
             "files": {"type": "list", "elements": "dict", "default": [], "options": file_options(secret=False)},
             "secret_files": {"type": "list", "elements": "dict", "default": [], "options": file_options(secret=True)},
         },
@@ -117,7 +128,7 @@ def main():
     params = module.params
     files = list(params["files"]) + [{**f, "secret": True} for f in params["secret_files"]]
     fs = {"backup": module.backup_local, "replace": module.atomic_move}
-    result = write(files, params["dirs"], module.check_mode, fs)
+    result = write(files, params["dirs"], module.check_mode, fs, params["absent"])
     if not module._diff:
         result.pop("diff")
     module.exit_json(**result)

@@ -23,6 +23,8 @@ class Systemctl:
             return 0, "".join(f"Id={n}\nNRestarts=0\n\n" for n in argv[3:]), ""
         if argv[1] == "show":
             return 0, self.text, ""
+        if argv[1] == "reset-failed" and argv[2] in self.refuse:
+            return 1, "", f"Failed to reset failed state of unit {argv[2]}: Unit {argv[2]} not loaded."
         if argv[1] in ("start", "restart") and argv[2] in self.refuse:
             return 1, "", f"Job for {argv[2]} failed because the control process exited with error code."
         return 0, "", ""
@@ -41,7 +43,9 @@ RUNNING = ("loaded", "active", "enabled")
         # a crash loop left it failed: its start limit is cleared and it starts
         ({"p": ("loaded", "failed", "enabled")}, ["p"], [], {"p.service": ["reset-failed", "start"]}),
         # a new unit: not running, not enabled, its file changed
-        ({"p": ("loaded", "inactive", "disabled")}, ["p"], ["p"], {"p.service": ["reset-failed", "restart", "enable"]}),
+        ({"p": ("loaded", "inactive", "disabled")}, ["p"], ["p"], {"p.service": ["restart", "enable"]}),
+        # stopped by hand: started, nothing to reset
+        ({"p": ("loaded", "inactive", "enabled")}, ["p"], [], {"p.service": ["start"]}),
         # disabled by hand while running: enabled again, not restarted
         ({"p": ("loaded", "active", "disabled")}, ["p"], [], {"p.service": ["enable"]}),
         # still starting (activating) counts as running: not started twice
@@ -70,7 +74,7 @@ def test_check_mode_says_what_it_would_do_and_does_nothing():
 
 
 def test_a_unit_systemd_refuses_is_named_and_the_others_still_act():
-    systemctl = Systemctl(show(p=("loaded", "inactive", "enabled"), d=("loaded", "inactive", "enabled")),
+    systemctl = Systemctl(show(p=("loaded", "failed", "enabled"), d=("loaded", "inactive", "enabled")),
                           refuse=("p.service",))  # fmt: skip
     result = unit_actions.apply(systemctl, ["p", "d"], ["p"], reload=True, check=False)
     assert systemctl.calls[0] == ["systemctl", "daemon-reload"]
