@@ -27,6 +27,17 @@ def pd_problems(worker_specs, inputs=None):
     return plan.pd_problems(list(worker_specs), dict(inputs or {}))
 
 
+def cli_check_groups(units_by_host, venv_ready=None):
+    """The deployment's worker command lines by the program that parses them, each group checked once on one host
+    (see plan.cli_check_groups)."""
+    return plan.cli_check_groups(dict(units_by_host or {}), dict(venv_ready or {}))
+
+
+def placement_lines(specs):
+    """The lines the preflight shows of each worker spec's placement (see plan.placement_lines)."""
+    return plan.placement_lines(list(specs or []))
+
+
 def profile_file(name, inventory_dir, shipped_dir):
     """{path, problems}: the first existing file sglang_profile names, or a message naming where it looked."""
     candidates = plan.profile_candidates(name, inventory_dir, shipped_dir)
@@ -80,16 +91,6 @@ def venvs_to_remove(stamps, in_use, current):
 def host_paths(paths):
     """{variable: path or [paths]} -> {variable or variable[i]: path}: the absolute ones, for the preflight's stat."""
     return plan.host_paths(paths)
-
-
-def stat_found(results):
-    """The results of the preflight's stat loop over host_paths -> {variable: {path, exists, isdir}}."""
-    return plan.stat_found(results)
-
-
-def listeners(stdout):
-    """The preflight's listener scan (JSON {port: owner}) -> {port: owner}; {} when it could not run."""
-    return plan.parse_listeners(stdout)
 
 
 def systemd_env(pair):
@@ -157,6 +158,8 @@ class FilterModule:
             "router_verify_args": router_verify_args,
             "router_impl_running": router_impl_running,
             "pd_problems": pd_problems,
+            "cli_check_groups": cli_check_groups,
+            "placement_lines": placement_lines,
             "profile_file": profile_file,
             "deps_problems": deps_problems,
             "router_packages_problems": router_packages_problems,
@@ -166,8 +169,6 @@ class FilterModule:
             "systemd_line": systemd_line,
             "systemd_env": systemd_env,
             "host_paths": host_paths,
-            "stat_found": stat_found,
-            "listeners": listeners,
             "router_flag_variables": router_flag_variables,
             "variable_pattern": variable_pattern,
             "variable_problems": variable_problems,

@@ -104,3 +104,25 @@ def connect_targets(worker_specs):
         targets.append({"unit": spec["unit"], "host": spec.get("host"), "address": address.strip("[]"),
                         "port": int(port)})  # fmt: skip
     return targets
+
+
+def deployment_bind_problems(worker_specs, bind_outcomes):
+    """The bind problems of every worker host, read once for the deployment: WORKER_SPECS the planned worker specs
+    (each names its host and binds to its flags' host), BIND_OUTCOMES {host: {address: outcome}} as each worker host
+    found them (plugins/modules/host_look.py). An address not wildcard nor loopback that its host did not try is
+    named too, never passed."""
+    wanted = {}
+    for spec in worker_specs or []:
+        address = str((spec.get("flags") or {}).get("host") or "")
+        if address and address not in UNCHECKED_BIND:
+            wanted.setdefault(spec.get("host"), {}).setdefault(address, None)
+    problems = []
+    for host, addresses in wanted.items():
+        found = (bind_outcomes or {}).get(host) or {}
+        outcomes = {a: found.get(a) or "not checked on the host (its preflight look did not try it)" for a in addresses}
+        problems += bind_problems(host, outcomes)
+    return problems
+
+
+# Addresses every host has: the bind check leaves them out.
+UNCHECKED_BIND = ("0.0.0.0", "::", "127.0.0.1", "localhost")

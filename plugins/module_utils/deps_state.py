@@ -79,14 +79,14 @@ def stamp_of(venv, key):
 
 
 def venv_state(venv, run, read, exists):
-    """{python, whole, problems} of a planned venv {path, stamp}; the stamp names its lists (packages, nodeps). run(argv) -> (rc, out, err);
-    read(path) -> text, or None when the file cannot be read; exists(path) -> bool."""
+    """{python, whole, problems} of a planned venv {path, stamp}; the stamp names its lists (packages, nodeps).
+    run(argv) -> (rc, out, err); read(path) -> text, or None when the file cannot be read; exists(path) -> bool."""
     path = str(venv["path"]).rstrip("/")
     python = f"{path}/bin/python"
     if not exists(python):
         return {"python": False, "whole": False, "problems": ["it does not exist"]}
-    rc, out, err = run([python, "-c", SATISFIED_SCRIPT, json.dumps(requirements(stamp_of(venv, "packages"),
-                                                                                stamp_of(venv, "nodeps")))])  # fmt: skip
+    wanted = requirements(stamp_of(venv, "packages"), stamp_of(venv, "nodeps"))
+    rc, out, err = run([python, "-c", SATISFIED_SCRIPT, json.dumps(wanted)])
     try:
         problems = list(json.loads(out)["problems"]) if rc == 0 else None
     except (ValueError, KeyError, TypeError):

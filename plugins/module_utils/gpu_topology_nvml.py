@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+import glob
 import importlib
+import os
+import sys
 import warnings as pywarnings
 
 from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_parse import NoGpu, normalize_bus_id
@@ -21,6 +24,28 @@ def load_pynvml():
     with pywarnings.catch_warnings():
         pywarnings.simplefilter("ignore")
         return importlib.import_module("pynvml")
+
+
+def venv_pynvml_loader(venv, load=load_pynvml):
+    """A loader that imports pynvml from this interpreter, else from the site-packages of VENV (a venv that installs
+    nvidia-ml-py: the engine venv) where it is there. nvidia-ml-py is one pure-Python file over ctypes, so any
+    Python 3 imports it; a missing venv (a first install) leaves only the interpreter's own, as before."""
+
+    def loader():
+        try:
+            return load()
+        except ImportError:
+            found = sorted(glob.glob(os.path.join(glob.escape(venv or ""), "lib", "python3*", "site-packages")))
+            found = [d for d in found if os.path.isfile(os.path.join(d, "pynvml.py"))]
+            if not venv or not found:
+                raise
+        sys.path.insert(0, found[-1])
+        try:
+            return load()
+        finally:
+            sys.path.remove(found[-1])
+
+    return loader
 
 
 def _s(value):

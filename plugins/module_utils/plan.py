@@ -15,8 +15,6 @@ and what each host's records say was deployed before (units.record: the instance
 restart key, and, for a rollback, the health URL of the previous configuration).
 """
 
-import json
-
 from ansible_collections.disagg.sglang.plugins.module_utils import kv_rules, profile_rules, rolling, rules, units
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.module_utils.pd_placement import PlacementError, place
@@ -388,24 +386,50 @@ def host_paths(paths):
     return found
 
 
-def stat_found(results):
-    """ansible.builtin.stat results of a loop over host_paths | dict2items -> {variable: {path, exists, isdir}}."""
-    found = {}
-    for result in results or []:
-        item, stat = result.get("item") or {}, result.get("stat") or {}
-        if "key" in item:
-            found[item["key"]] = {
-                "path": item.get("value"),
-                "exists": bool(stat.get("exists")),
-                "isdir": stat.get("isdir"),
-            }
-    return found
+def _tokens(value):
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tokens(item)]
+    return [value]
 
 
-def parse_listeners(stdout):
-    """The JSON the preflight's listener scan prints ({port: owner}); {} when it printed nothing usable."""
-    try:
-        value = json.loads(stdout or "{}")
-    except ValueError:
-        return {}
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+def cli_check_groups(units_by_host, venv_ready=None):
+    """The worker command lines of the deployment, grouped by the program that parses them: one group per (python,
+    module), each [{python, module, delegate, hosts, units, argvs}]. argvs are keyed "HOST NAME" (the parser's
+    messages then read "HOST NAME: --flag: ..."); delegate is the first host of the group that has its python
+    (VENV_READY {host: {path: exists}}, the hosts' looks), else its first host (which then says "flags not checked").
+
+    One check per group speaks for every host of it: the python is this run's venv, sglang_venvs_dir/engine-DIGEST,
+    whose digest names the package set (with the interpreter and the wheelhouse), and the engine it parses with is
+    pinned with == (venvs.engine_problems), so every host that builds that venv gets the same parser. What could still
+    differ between hosts is an unpinned dependency of the engine that changes its flags, which the collection does not
+    guard against anywhere else either."""
+    groups = {}
+    ready = venv_ready or {}
+    for host, specs in (units_by_host or {}).items():
+        for spec in specs or []:
+            key = (str(spec.get("python")), str(spec.get("module")))
+            group = groups.setdefault(key, {"python": key[0], "module": key[1], "hosts": [], "units": [], "argvs": {}})
+            if host not in group["hosts"]:
+                group["hosts"].append(host)
+            if spec.get("unit") not in group["units"]:
+                group["units"].append(spec.get("unit"))
+            group["argvs"][f"{host} {spec.get('name')}"] = [
+                str(t) for t in _tokens(spec.get("lines") or []) if t is not None
+            ]
+    for group in groups.values():
+        group["delegate"] = next(
+            (h for h in group["hosts"] if (ready.get(h) or {}).get(group["python"]) is True), group["hosts"][0]
+        )
+    return list(groups.values())
+
+
+def placement_lines(specs):
+    """One line per worker spec for the preflight to show: "UNIT: GPUs 0,1, NUMA node 0, CPUs 0-31" and the
+    placement's warnings."""
+    lines = []
+    for spec in specs or []:
+        line = (f"{spec.get('unit')}: GPUs {','.join(str(g) for g in spec.get('gpus') or [])}, NUMA node "
+                f"{spec.get('numa_node')}, CPUs {spec.get('cpus')}")  # fmt: skip
+        warnings = spec.get("warnings") or []
+        lines.append(line + (f"; WARNING: {'; '.join(warnings)}" if warnings else ""))
+    return lines

@@ -137,3 +137,16 @@ def env_file_value(text):
     if len(text) >= 2 and text[0] == text[-1] == '"':
         text = text[1:-1]
     return re.sub(r"\\(.)", r"\1", text)
+
+
+def health_services(specs, restarts):
+    """What service_health waits for, from the unit specs the run started: [{unit, url, expect, restarts, item}]. The
+    router's readiness must count its expected workers healthy; restarts: {unit.service: NRestarts after the units
+    step} (unit_actions), so a crash during the wait counts; a unit without one is read when the wait begins."""
+    services = []
+    for spec in specs:
+        unit = f"{spec['unit']}.service"
+        expect = {"healthy_workers": spec["expected_workers"]} if "expected_workers" in spec else {}
+        services.append({"unit": unit, "url": spec["health_url"], "expect": expect,
+                         "restarts": (restarts or {}).get(unit), "item": spec})  # fmt: skip
+    return services

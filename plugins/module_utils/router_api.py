@@ -212,7 +212,7 @@ def converge(api, desired, state, options, *, sleep=time.sleep, clock=time.monot
         except RouterNotAnswering:
             if clock() >= deadline:
                 raise
-            sleep(float(options.get("poll", 1)))
+            sleep(float(options.get("poll", 0.25)))
     to_add, to_remove = changes(current, desired, state)
     result = {
         "changed": bool(to_add or to_remove),
@@ -230,6 +230,6 @@ def converge(api, desired, state, options, *, sleep=time.sleep, clock=time.monot
     while not settled(current, desired, state):
         if clock() >= deadline:
             return {**result, "workers": current, "settled": False, "waited": round(clock() - started, 1)}
-        sleep(float(options.get("poll", 1)))
+        sleep(float(options.get("poll", 0.25)))
         current = api.workers()
     return {**result, "workers": current, "settled": True, "waited": round(clock() - started, 1)}

@@ -11,6 +11,7 @@ auto-restart, or has been restarted (NRestarts grew) since the call began.
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from http.client import HTTPException
 from urllib.error import HTTPError, URLError
 
@@ -80,13 +81,17 @@ def probe(url, expect, *, fetch=fetch):
     return healthy, reason, body
 
 
-def wait_healthy(run, unit, url, expect, wait, *, sleep=time.sleep, clock=time.monotonic, fetch=fetch):
+def wait_healthy(run, unit, url, expect, wait, *, restarts_at_start=None, sleep=time.sleep, clock=time.monotonic,
+                 fetch=fetch):  # fmt: skip
     """Polls url until it is healthy, the unit failed or restarted, or `wait` seconds passed (at least one poll).
+    restarts_at_start: the unit's NRestarts when the whole wait began (a wait of several calls passes the same one,
+    so a restart between two calls still counts); read now when None.
 
     Returns healthy, unit_failed (never true together), unit_state, reason and body (first BODY_LIMIT chars).
     """
     deadline = clock() + wait
-    restarts_at_start = unit_state(run, unit)[2]
+    if restarts_at_start is None:
+        restarts_at_start = unit_state(run, unit)[2]
     while True:
         healthy, reason, body = probe(url, expect, fetch=fetch)
         state = unit_state(run, unit)
@@ -101,3 +106,24 @@ def wait_healthy(run, unit, url, expect, wait, *, sleep=time.sleep, clock=time.m
                 "body": body[:BODY_LIMIT],
             }
         sleep(POLL_INTERVAL)
+
+
+def wait_all(run, services, wait, *, journal, sleep=time.sleep, clock=time.monotonic, fetch=fetch):
+    """wait_healthy for every service at once (one thread each, so a host's units are polled together and the wait
+    is the slowest one's, not their sum). services: [{unit, url, expect, restarts}, ...] (restarts: NRestarts when
+    the whole wait began, see wait_healthy); journal(unit) -> the tail of its
+    journal, read for each service that is not healthy. Returns one result per service, in order, each with the
+    service's own `item` (whatever the caller passed there) and its journal."""
+
+    def one(service):
+        result = wait_healthy(run, service["unit"], service["url"], service.get("expect") or {}, wait,
+                              restarts_at_start=service.get("restarts"), sleep=sleep, clock=clock,
+                              fetch=fetch)  # fmt: skip
+        result["journal"] = "" if result["healthy"] else journal(service["unit"])
+        result["item"] = service.get("item", service)
+        return result
+
+    if len(services) <= 1:
+        return [one(s) for s in services]
+    with ThreadPoolExecutor(max_workers=len(services)) as pool:
+        return list(pool.map(one, services))

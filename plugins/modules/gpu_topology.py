@@ -45,6 +45,12 @@ options:
     type: str
     choices: [auto, nvml, nvidia-smi]
     default: auto
+  nvml_venv:
+    description:
+      - A venv whose site-packages hold C(pynvml) (the engine venv installs C(nvidia-ml-py)), looked in when the
+        interpreter that runs the module has none. Where it is absent or not there yet (a first install), only the
+        interpreter's own is tried.
+    type: path
   require_gpus:
     description:
       - Fail, with the reason, when no GPU is found.
@@ -185,6 +191,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology import NVIDIA_SMI_DIRS, gather
+from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_nvml import load_pynvml, venv_pynvml_loader
 
 
 def main():
@@ -194,6 +201,7 @@ def main():
             "nvidia_smi_path": {"type": "path"},
             "source": {"type": "str", "default": "auto", "choices": ["auto", "nvml", "nvidia-smi"]},
             "require_gpus": {"type": "bool", "default": False},
+            "nvml_venv": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -208,7 +216,14 @@ def main():
     elif not (os.path.isfile(path) and os.access(path, os.X_OK)):
         module.fail_json(msg=f"nvidia_smi_path {path} is not an executable file")
 
-    facts = gather(sysfs_root=params["sysfs_root"], nvidia_smi_path=path, runner=runner, source=params["source"])
+    loader = venv_pynvml_loader(params["nvml_venv"]) if params["nvml_venv"] else load_pynvml
+    facts = gather(
+        sysfs_root=params["sysfs_root"],
+        nvidia_smi_path=path,
+        runner=runner,
+        nvml_loader=loader,
+        source=params["source"],
+    )
     if params["require_gpus"] and not facts["gpus"]:
         module.fail_json(msg=facts["reason"], ansible_facts={"gpu_topology": facts})
     module.exit_json(changed=False, ansible_facts={"gpu_topology": facts})

@@ -54,9 +54,10 @@ options:
     type: int
     default: 60
   poll:
-    description: Seconds between two readings of the listing.
+    description: Seconds between two readings of the listing (a local HTTP GET; a short poll makes the wait return
+      close to the moment the router shows the change).
     type: float
-    default: 1
+    default: 0.25
 author:
   - disagg.sglang maintainers (!UNKNOWN)
 attributes:
@@ -123,7 +124,7 @@ def main():
             "worker_api_key": {"type": "str", "default": "", "no_log": True},
             "state": {"type": "str", "default": "present", "choices": list(router_api.STATES)},
             "timeout": {"type": "int", "default": 60},
-            "poll": {"type": "float", "default": 1.0},
+            "poll": {"type": "float", "default": 0.25},
         },
         supports_check_mode=True,
     )

@@ -17,13 +17,22 @@ description:
   - When the service is not healthy, returns the tail of the unit's journal.
 options:
   unit:
-    description: Name of the systemd unit, e.g. C(sglang-prefill0.service).
+    description: Name of the systemd unit, e.g. C(sglang-prefill0.service). Required without O(services).
     type: str
-    required: true
   url:
-    description: Health URL, e.g. C(http://127.0.0.1:30000/health) or the router's C(/readiness).
+    description: Health URL, e.g. C(http://127.0.0.1:30000/health) or the router's C(/readiness). Required without
+      O(services).
     type: str
-    required: true
+  services:
+    description:
+      - Several services of the host, each C({unit, url, expect, restarts, item}), waited for at once (the wait is the
+        slowest one's, not their sum). C(expect) is as O(expect_json); C(restarts) is the unit's C(NRestarts) when
+        the whole wait began (so a restart between two calls of an C(until) loop still ends the wait; read at the
+        start of the call when left out); C(item) is returned unchanged with its result.
+      - Returns RV(services) instead of one service's keys; RV(healthy) is true when all are healthy and
+        RV(unit_failed) when none is still waiting but some failed.
+    type: list
+    elements: dict
   expect_json:
     description:
       - "Keys of the JSON response and the smallest value each must reach, e.g. C({healthy_workers: 2})."
@@ -92,35 +101,56 @@ journal:
   description: Tail of the unit's journal when not healthy, else empty.
   type: str
   returned: always
+services:
+  description: With O(services), one result per service in order - the keys above and its C(item).
+  type: list
+  elements: dict
+  returned: when O(services) is given
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils.service_health import wait_healthy
+from ansible_collections.disagg.sglang.plugins.module_utils.service_health import wait_all
 
 
 def main():
     module = AnsibleModule(
         argument_spec={
-            "unit": {"type": "str", "required": True},
-            "url": {"type": "str", "required": True},
+            "unit": {"type": "str"},
+            "url": {"type": "str"},
+            "services": {"type": "list", "elements": "dict"},
             "expect_json": {"type": "dict"},
             "wait": {"type": "int", "default": 10},
             "journal_lines": {"type": "int", "default": 40},
         },
         supports_check_mode=True,
+        required_one_of=[["unit", "services"]],
+        required_together=[["unit", "url"]],
+        mutually_exclusive=[["unit", "services"]],
     )
     params = module.params
 
     def run(cmd):
         return module.run_command(cmd, environ_update={"LC_ALL": "C"})
 
-    result = wait_healthy(run, params["unit"], params["url"], params["expect_json"] or {}, params["wait"])
-    result["journal"] = ""
-    if not result["healthy"]:
+    def journal(unit):
         _rc, out, err = run(
-            ["journalctl", "-u", params["unit"], "-n", str(params["journal_lines"]), "--no-pager", "-o", "short-iso"]
+            ["journalctl", "-u", unit, "-n", str(params["journal_lines"]), "--no-pager", "-o", "short-iso"]
         )
-        result["journal"] = out or err
+        return out or err
+
+    if params["services"] is not None:
+        services = [{**s, "expect": s.get("expect") or {}} for s in params["services"]]
+        results = wait_all(run, services, params["wait"], journal=journal)
+        module.exit_json(
+            changed=False,
+            services=results,
+            healthy=all(r["healthy"] for r in results),
+            unit_failed=not all(r["healthy"] for r in results)
+            and all(r["healthy"] or r["unit_failed"] for r in results),
+        )
+    service = {"unit": params["unit"], "url": params["url"], "expect": params["expect_json"] or {}}
+    result = wait_all(run, [service], params["wait"], journal=journal)[0]
+    result.pop("item")
     module.exit_json(changed=False, **result)
 
 

@@ -68,7 +68,10 @@ def start_times(sandbox):
 
 
 def unit_sums(sandbox):
-    out = on_host(sandbox, "sha256sum " + " ".join(f"/etc/systemd/system/{u}.service" for u in UNITS))
+    """{path: sha256} of each unit's unit file, environment file and record."""
+    paths = [p for u in UNITS for p in (f"/etc/systemd/system/{u}.service", f"/etc/sglang/{u}.env",
+                                        f"/var/lib/disagg-sglang/deployed/{u}.json")]  # fmt: skip
+    out = on_host(sandbox, "sha256sum " + " ".join(paths))
     return dict(line.split()[::-1] for line in out.splitlines())
 
 
@@ -87,6 +90,44 @@ def test_rerun_changes_nothing_and_restarts_nothing(sandbox):
     assert recap(out)["changed"] == 0, out[-4000:]
     assert start_times(sandbox) == before
     assert re.search(r"The capital of France is -> +\S", out), "no answer through the router was printed"
+
+
+def test_a_unit_file_edited_by_hand_is_repaired_by_the_next_run(sandbox):
+    """Drift: a unit file changed on the host (here a flag appended to its command line) is found by the next run,
+    which writes the planned file back and restarts the unit onto it; the run after changes nothing."""
+    sums, before = unit_sums(sandbox), start_times(sandbox)
+    unit = "/etc/systemd/system/sglang-decode0.service"
+    on_host(
+        sandbox, f"sed -i 's/--enable-metrics/--enable-metrics --log-level debug/' {unit} && systemctl daemon-reload"
+    )
+    assert unit_sums(sandbox)[unit] != sums[unit], "the hand edit did not change the unit file"
+    out = playbook(sandbox).stdout
+    assert recap(out)["changed"] > 0, out[-3000:]
+    assert unit_sums(sandbox) == sums, "the next run did not put the planned files back"
+    after = start_times(sandbox)
+    assert after["sglang-decode0"] != before["sglang-decode0"], "decode does not run the repaired file"
+    assert "--log-level" not in on_host(sandbox, "systemctl cat sglang-decode0.service")
+    again = playbook(sandbox).stdout
+    assert recap(again)["changed"] == 0, again[-3000:]
+
+
+def test_a_package_removed_by_hand_from_the_engine_venv_is_put_back_by_the_next_run(sandbox):
+    """Drift: a package of sglang_deps_packages uninstalled from the engine venv by hand (the no-op run asks pip
+    nothing: deps_state reads the venv's distributions) is named and installed again by the next run."""
+    engine = on_host(sandbox, "ls -d /opt/sglang/venvs/engine-*").split()
+    assert len(engine) == 1, engine
+    python = f"{engine[0]}/bin/python"
+    on_host(sandbox, f"{python} -m pip uninstall -q -y numpy")
+    assert "No module named" in run(["ssh", "-F", sandbox["ssh_config"], HOST, f"{python} -c 'import numpy'"],
+                                    check=False).stderr  # fmt: skip
+    out = playbook(sandbox).stdout
+    why = task_messages(out, "Say why a venv is built or repaired")
+    assert why == [(HOST, f"{engine[0].rsplit('/', 1)[1]}: numpy is not installed")], why
+    assert re.search(r"TASK \[[^\]]*Build the engine venv[^\]]*\] \*+\nchanged:", out), out[-3000:]
+    on_host(sandbox, f"{python} -c 'import numpy'")
+    again = playbook(sandbox).stdout
+    assert recap(again)["changed"] == 0, again[-3000:]
+    assert "Say why a venv is built or repaired" not in again
 
 
 def test_the_converge_prints_no_deprecation_warning(sandbox):
@@ -131,21 +172,16 @@ def test_check_diff_shows_the_unit_diff_and_changes_nothing(sandbox):
 def test_tags_decode_after_a_decode_flag_change_restarts_decode_only(sandbox):
     before, sums = start_times(sandbox), unit_sums(sandbox)
     try:
-        out = playbook(
-            sandbox, "--tags", "decode", "-e", '{"sglang_decode_extra_flags": {"log-level": "debug"}}'
-        ).stdout
+        playbook(sandbox, "--tags", "decode", "-e", '{"sglang_decode_extra_flags": {"log-level": "debug"}}')
         after = start_times(sandbox)
         assert after["sglang-decode0"] != before["sglang-decode0"], "decode was not restarted"
         assert after["sglang-prefill0"] == before["sglang-prefill0"], "prefill was restarted"
         assert after["sglang-router"] == before["sglang-router"], "the router was restarted"
         new_sums = unit_sums(sandbox)
-        assert (
-            new_sums["/etc/systemd/system/sglang-decode0.service"] != sums["/etc/systemd/system/sglang-decode0.service"]
-        )
-        for unit in ("sglang-prefill0", "sglang-router"):
-            assert new_sums[f"/etc/systemd/system/{unit}.service"] == sums[f"/etc/systemd/system/{unit}.service"]
-        changed = re.findall(r"^changed: \[[^\]]+\] => \(item=(\S+)\)", out, re.MULTILINE)
-        assert changed and all(item.startswith("sglang-decode0") for item in changed), changed
+        changed = sorted(path for path, digest in new_sums.items() if sums[path] != digest)
+        # the decode unit's file and record changed; nothing of the prefill or the router was written
+        assert changed == ["/etc/systemd/system/sglang-decode0.service",
+                           "/var/lib/disagg-sglang/deployed/sglang-decode0.json"], changed  # fmt: skip
         assert "--log-level debug" in on_host(sandbox, "systemctl cat sglang-decode0.service")
     finally:
         playbook(sandbox, "--tags", "decode")  # back to the inventory's flags

@@ -1,7 +1,12 @@
 """Which source answers, and what a host without GPU or driver gets: zero GPUs and a reason."""
 
+import importlib
+import sys
+
+import pytest
 import topology_fakes as tf
 from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology as gt
+from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology_nvml as nv
 
 SANDBOX = tf.load_host("rtxpro6000-8x")
 
@@ -237,3 +242,31 @@ def test_nvml_link_count_direct_and_through_switches():
     assert got["links"][0][1] == "NV2" and got["links"][2][3] == got["links"][3][2] == "NV4"
     assert got["links"][0][2] == "PHB" and got["links"][1][3] == "PHB"
     assert got["gpus"][0]["_cpu_affinity"] == list(range(8)) and got["gpus"][0]["_numa_affinity"] == [0]
+
+
+def _venv_with(tmp_path, module_name, pyver="python3.11"):
+    site = tmp_path / "venv" / "lib" / pyver / "site-packages"
+    site.mkdir(parents=True)
+    (site / "pynvml.py").write_text("")  # the file the loader looks for (nvidia-ml-py's one module)
+    (site / f"{module_name}.py").write_text("FROM_VENV = True\n")
+    return tmp_path / "venv"
+
+
+def test_pynvml_is_taken_from_the_engine_venv_when_the_interpreter_has_none(tmp_path):
+    """gpu_topology's nvml_venv: the interpreter lacks the binding, the engine venv has it (any python3* dir)."""
+
+    name = "fake_pynvml_from_venv"
+    venv = _venv_with(tmp_path, name)
+    loaded = nv.venv_pynvml_loader(str(venv), load=lambda: importlib.import_module(name))()
+    try:
+        assert loaded.FROM_VENV and str(venv) not in " ".join(sys.path)  # the path is put back
+    finally:
+        sys.modules.pop(name, None)
+
+
+def test_without_the_venv_the_interpreters_import_error_stands(tmp_path):
+
+    with pytest.raises(ImportError):
+        nv.venv_pynvml_loader(str(tmp_path / "none"), load=lambda: importlib.import_module("fake_pynvml_nowhere"))()
+    own = object()
+    assert nv.venv_pynvml_loader(str(tmp_path / "none"), load=lambda: own)() is own  # the interpreter's own first

@@ -8,6 +8,7 @@ sleeps. fetch itself is tested against a real HTTP server on loopback, and the m
 import functools
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -272,7 +273,7 @@ def test_module_returns_the_journal_when_not_healthy(monkeypatch, capsys):
         return 0, "ActiveState=failed\nSubState=failed\nNRestarts=3\n", ""
 
     monkeypatch.setattr(module.AnsibleModule, "run_command", run_command)
-    monkeypatch.setattr(module, "wait_healthy", functools.partial(sh.wait_healthy, fetch=lambda url: REFUSED))
+    monkeypatch.setattr(module, "wait_all", functools.partial(sh.wait_all, fetch=lambda url: REFUSED))
     rc, out = run_module({"unit": UNIT, "url": URL, "wait": 5, "journal_lines": 7, "_ansible_check_mode": True}, capsys)
     assert rc == 0
     assert (out["changed"], out["healthy"], out["unit_failed"]) == (False, False, True)
@@ -291,3 +292,42 @@ def test_module_healthy_reads_no_journal(monkeypatch, capsys, server):
     rc, out = run_module({"unit": UNIT, "url": server + "/readiness", "expect_json": {"healthy_workers": 2}}, capsys)
     assert (rc, out["healthy"], out["unit_failed"], out["journal"]) == (0, True, False, "")
     assert "journalctl" not in calls
+
+
+def test_services_of_a_host_are_waited_for_at_once_each_with_its_own_outcome():
+    """Three services whose health answers take 0.3 s each: one wait of them takes about one answer, not three; a
+    crashed one is named failed with its journal, the others keep their own outcome and their item."""
+
+    def fetch(url):
+        time.sleep(0.3)
+        return (200, "{}", None) if "ok" in url else REFUSED
+
+    def run(argv):
+        crashed = "crashed" in argv[2]
+        return 0, f"ActiveState={'failed' if crashed else 'active'}\nSubState=x\nNRestarts=0\n", ""
+
+    services = [{"unit": f"{name}.service", "url": f"http://h/{name}", "item": {"unit": name}}
+                for name in ("ok-a", "ok-b", "crashed")]  # fmt: skip
+    started = time.monotonic()
+    results = sh.wait_all(run, services, 5, journal=lambda unit: f"journal of {unit}", fetch=fetch)
+    assert time.monotonic() - started < 0.6
+    assert [(r["item"]["unit"], r["healthy"], r["unit_failed"], r["journal"]) for r in results] == [
+        ("ok-a", True, False, ""),
+        ("ok-b", True, False, ""),
+        ("crashed", False, True, "journal of crashed.service"),
+    ]
+
+
+def test_a_restart_since_the_whole_wait_began_counts_in_a_later_call():
+    """An until loop calls the module again and again: the restart count of the wait's start is passed in, so a unit
+    that crashed and came back between two calls (NRestarts 1 -> 2) ends the wait as failed."""
+
+    def run(argv):
+        return 0, "ActiveState=activating\nSubState=start\nNRestarts=2\n", ""
+
+    service = {"unit": "d.service", "url": "http://h/d", "restarts": 1}
+    result = sh.wait_all(run, [service], 5, journal=lambda unit: "", fetch=lambda url: REFUSED)[0]
+    assert (result["healthy"], result["unit_failed"]) == (False, True)
+    result = sh.wait_all(run, [{**service, "restarts": 2}], 0, journal=lambda unit: "", fetch=lambda url: REFUSED,
+                         sleep=lambda s: None)[0]  # fmt: skip
+    assert (result["healthy"], result["unit_failed"]) == (False, False)
