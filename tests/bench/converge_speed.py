@@ -23,7 +23,7 @@ P4  cold converge of four hosts over a cold converge of one host: fresh sandbox 
     prefill host with two instances, two decode hosts: 4 workers). The two alternate, one run each in turn.
 
 Each figure uses its own sandbox, brought up if needed, and takes it down when done unless --keep. All three with
---runs 3 take about 25 minutes on a 2-core machine (P2 4, P6 10, P4 10).
+--runs 3 take about 20 minutes on a 2-core machine (P2 2, P6 7, P4 10).
 """
 
 import argparse
