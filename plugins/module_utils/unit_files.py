@@ -56,7 +56,9 @@ def write(files, dirs, check, fs, absent=()):
     """Writes each file {path, content, mode, owner, group, kind, unit, secret} whose content or attributes differ,
     and removes the paths of absent that exist (the previous files a run no longer needs).
     fs: {backup(path) -> backup path, replace(tmp, path)} (the module's backup_local and atomic_move)."""
-    changed = any([ensure_dir(d, check) for d in dirs or []])
+    changed = False
+    for spec in dirs or []:  # every directory, not only up to the first that changed
+        changed = ensure_dir(spec, check) or changed
     removed = [p for p in absent or [] if p and os.path.lexists(p)]
     if not check:
         for path in removed:

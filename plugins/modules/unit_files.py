@@ -11,7 +11,7 @@ version_added: "0.1.0"
 description:
   - Creates the directories, then writes each file whose content, mode or owner differ, keeping a backup of a
     changed file that existed (for the rollback). Files are written whole and renamed over the old ones.
-  - The content of O(secret_files) is never logged nor shown in a diff.
+  - The content of O(env_files) is never logged nor shown in a diff.
 options:
   dirs:
     description: Directories to create, each C({path, mode, owner, group}).
@@ -56,8 +56,9 @@ options:
     type: list
     elements: path
     default: []
-  secret_files:
-    description: As O(files), for files that hold secrets - their content is never logged nor put in a diff.
+  env_files:
+    description: As O(files), for the units' environment files, which hold secrets - their content is never logged
+      nor put in a diff.
     type: list
     elements: dict
     default: []
@@ -90,7 +91,7 @@ removed:
   elements: str
   returned: always
 files:
-  description: Per file C({path, kind, item: {unit}, changed, backup_file}); C(backup_file) where a backup was kept.
+  description: "Per file C({path, kind, item: {unit}, changed, backup_file}); C(backup_file) where a backup was kept."
   type: list
   elements: dict
   returned: always
@@ -121,12 +122,12 @@ def main():
             "dirs": {"type": "list", "elements": "dict", "default": []},
             "absent": {"type": "list", "elements": "path", "default": []},
             "files": {"type": "list", "elements": "dict", "default": [], "options": file_options(secret=False)},
-            "secret_files": {"type": "list", "elements": "dict", "default": [], "options": file_options(secret=True)},
+            "env_files": {"type": "list", "elements": "dict", "default": [], "options": file_options(secret=True)},
         },
         supports_check_mode=True,
     )
     params = module.params
-    files = list(params["files"]) + [{**f, "secret": True} for f in params["secret_files"]]
+    files = list(params["files"]) + [{**f, "secret": True} for f in params["env_files"]]
     fs = {"backup": module.backup_local, "replace": module.atomic_move}
     result = write(files, params["dirs"], module.check_mode, fs, params["absent"])
     if not module._diff:

@@ -236,7 +236,7 @@ def engine_times(entries, since):
 def rolling_timeline(playbook):
     """Seconds before the rolling step, of it, after it, and [(batch seconds, [(task seconds, name)])]."""
     spans = playbook.task_spans()
-    rolling = [i for i, (_, _, task) in enumerate(spans) if ROLLING.search(task_file(task))]
+    rolling = [i for i, span in enumerate(spans) if ROLLING.search(task_file(span[2]))]
     if not rolling:
         raise SystemExit("P6: the run did not reach the rolling step (no task of rolling.yml)")
     first, last = rolling[0], rolling[-1]
@@ -253,7 +253,7 @@ def rolling_timeline(playbook):
         "before": step_start - playbook.start,
         "step": step_end - step_start,
         "after": playbook.end - step_end,
-        "batches": [(sum(s for s, _ in tasks), tasks) for tasks in batches],
+        "batches": [(sum(task[0] for task in tasks), tasks) for tasks in batches],
     }
 
 
@@ -274,7 +274,7 @@ def figure_p6(args, tmp):
             inventory = write_inventory(tmp / f"p6-{delay}-{generation}", ROLL, host,
                                         host_vars=roll_host_vars(delay, generation))  # fmt: skip
             playbook = Playbook(inventory, f"P6 rolling run {index + 1} (delay {delay})", tmp)
-            order = [m for _, m in debug_messages(playbook.stdout) if m.startswith("rolling restart, batch")]
+            order = [m for _host, m in debug_messages(playbook.stdout) if m.startswith("rolling restart, batch")]
             timeline = rolling_timeline(playbook)
             if len(timeline["batches"]) != 1 or len(order) != 1 or f"sglang-{DECODE1}@" not in order[0]:
                 raise SystemExit(f"P6: expected one batch of sglang-{DECODE1}, got {order or 'none'} "
