@@ -11,7 +11,7 @@ The inventory is laid out as inventories/multihost-example (hosts.yml with ansib
 sglang_advertise_address per host, group_vars per group) and reuses its group_vars files: all.yml and
 prefill.yml and router.yml as they are, the sandbox's stand-ins (inventories/sandbox/group_vars/all.yml)
 after them, and one decode instance per decode host in host_vars (the 4-GPU box holds one TP4 instance).
-Used by tests/integration/test_multihost*.py, scripts/bench_converge.py and tests/bench/converge_speed.py (P4).
+Used by tests/integration/test_multihost*.py and tests/bench/converge_speed.py (P4).
 """
 
 import json
