@@ -27,6 +27,11 @@ def pd_problems(worker_specs, inputs=None):
     return plan.pd_problems(list(worker_specs), dict(inputs or {}))
 
 
+def cli_refusals(results, host):
+    """The flag checks' messages that refused a command line of HOST (see plan.cli_refusals)."""
+    return plan.cli_refusals(list(results or []), host)
+
+
 def cli_check_groups(units_by_host, venv_ready=None):
     """The deployment's worker command lines by the program that parses them, each group checked once on one host
     (see plan.cli_check_groups)."""
@@ -159,6 +164,7 @@ class FilterModule:
             "router_impl_running": router_impl_running,
             "pd_problems": pd_problems,
             "cli_check_groups": cli_check_groups,
+            "cli_refusals": cli_refusals,
             "placement_lines": placement_lines,
             "profile_file": profile_file,
             "deps_problems": deps_problems,

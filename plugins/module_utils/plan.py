@@ -433,3 +433,11 @@ def placement_lines(specs):
         warnings = spec.get("warnings") or []
         lines.append(line + (f"; WARNING: {'; '.join(warnings)}" if warnings else ""))
     return lines
+
+
+def cli_refusals(results, host):
+    """The messages of the once-per-venv flag checks (cli_check_groups' results, as registered) that refused a
+    command line of HOST (their argvs are keyed "HOST NAME"): each host whose flags were refused fails on its own,
+    whichever host ran the check."""
+    return [r.get("msg", "") for r in results or [] if isinstance(r, dict)
+            and any(str(name).split(" ", 1)[0] == host for name in (r.get("problems") or {}))]  # fmt: skip
