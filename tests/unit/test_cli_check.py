@@ -29,6 +29,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.disagg.sglang.plugins.module_utils import cli_argparse as ca
 from ansible_collections.disagg.sglang.plugins.module_utils import cli_check as cc
 from ansible_collections.disagg.sglang.plugins.module_utils import cli_parser_script as cps
+from ansible_collections.disagg.sglang.plugins.module_utils import plan as plan_rules
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.modules import cli_check as cli_check_module
 
@@ -657,12 +658,10 @@ def test_module_with_the_real_router(tmp_path):
 def test_a_refused_command_line_fails_the_host_it_belongs_to_not_the_host_that_checked():
     """plan.cli_refusals: the once-per-venv check ran on clm-2 for every host; a refused decode flag of clm-3 names
     clm-3 (and only it), a check without problems names nobody, a skipped check is no refusal."""
-    from ansible_collections.disagg.sglang.plugins.module_utils import plan
-
     refused = {"msg": "sglang refuses clm-3 decode0: --no-such-flag", "problems": {"clm-3 decode0": ["unrecognized"]},
                "item": {"delegate": "clm-2", "hosts": ["clm-2", "clm-3", "clm-4"]}}  # fmt: skip
     accepted = {"msg": "2 command line(s) accepted", "problems": {}, "item": {"delegate": "clm-2"}}
     results = [refused, accepted, {"skipped": True}]
-    assert plan.cli_refusals(results, "clm-3") == ["sglang refuses clm-3 decode0: --no-such-flag"]
-    assert plan.cli_refusals(results, "clm-2") == []
-    assert plan.cli_refusals(results, "clm-3x") == []  # a host whose name starts like another's is not it
+    assert plan_rules.cli_refusals(results, "clm-3") == ["sglang refuses clm-3 decode0: --no-such-flag"]
+    assert plan_rules.cli_refusals(results, "clm-2") == []
+    assert plan_rules.cli_refusals(results, "clm-3x") == []  # a host whose name starts like another's is not it
