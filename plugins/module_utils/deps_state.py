@@ -9,13 +9,19 @@ asks pip nothing). Pure functions over an injected command runner and file reade
                                     with dependencies, as pip's resolver would ask for them
     os_missing(packages, run)       the OS packages not installed (dpkg, else rpm), None when neither can tell
     in_use(records)                 the pythons the deployed units run (their records' python; each names a venv)
+    account_drift(account)          what differs between the service account and its state directory and what
+                                    roles/sglang/tasks/user.yml makes ([]: user.yml has nothing to do)
 
 A venv that is not whole is built again by pip (which decides), verified and stamped; one that is whole is left
 alone: nothing in it changed since it was verified, or the distribution check would see it. A requirement that is
 not a plain name and version (a path, a URL) makes the venv not whole: pip decides, as before this check existed.
 """
 
+import grp
 import json
+import os
+import pwd
+import stat
 
 from ansible_collections.disagg.sglang.plugins.module_utils.venvs import STAMP
 
@@ -126,3 +132,46 @@ def in_use(records):
     return sorted(
         {r["python"] for r in (records or {}).values() if isinstance(r, dict) and isinstance(r.get("python"), str)}
     )
+
+
+def account_drift(account, *, getpwnam=pwd.getpwnam, getgrnam=grp.getgrnam, lstat=os.lstat):
+    """What differs between the host and ACCOUNT {user, group, home, groups, shell, comment, mode} as user.yml makes
+    it: the group, the user (its primary group, home, shell and comment), its membership of each group of `groups`
+    that exists on the host (a missing one is user.yml's warning, not a difference), and the state directory (home:
+    a directory of the user and group with that mode). [] when everything is in place."""
+
+    def group(name):
+        try:
+            return getgrnam(name)
+        except KeyError:
+            return None
+
+    problems = []
+    primary = group(account["group"])
+    if primary is None:
+        problems.append(f"group {account['group']} does not exist")
+    try:
+        user = getpwnam(account["user"])
+    except KeyError:
+        return [*problems, f"user {account['user']} does not exist"]
+    wanted = {"home": (user.pw_dir, account["home"]), "shell": (user.pw_shell, account["shell"]),
+              "comment": (user.pw_gecos, account.get("comment", user.pw_gecos))}  # fmt: skip
+    problems += [f"user {account['user']} has {key} {have!r}, not {want!r}" for key, (have, want) in wanted.items()
+                 if have != want]  # fmt: skip
+    if primary is not None and user.pw_gid != primary.gr_gid:
+        problems.append(f"user {account['user']} has another primary group than {account['group']}")
+    for name in account.get("groups") or []:
+        member = group(name)
+        if member is not None and account["user"] not in member.gr_mem and member.gr_gid != user.pw_gid:
+            problems.append(f"user {account['user']} is not in group {name}")
+    try:
+        st = lstat(account["home"])
+    except OSError:
+        return [*problems, f"{account['home']} does not exist"]
+    if not stat.S_ISDIR(st.st_mode):
+        problems.append(f"{account['home']} is not a directory")
+    if st.st_uid != user.pw_uid or (primary is not None and st.st_gid != primary.gr_gid):
+        problems.append(f"{account['home']} is not owned by {account['user']}:{account['group']}")
+    if stat.S_IMODE(st.st_mode) != int(str(account["mode"]), 8):
+        problems.append(f"{account['home']} has mode {stat.S_IMODE(st.st_mode):04o}, not {account['mode']}")
+    return problems

@@ -82,10 +82,10 @@ def probe(url, expect, *, fetch=fetch):
 
 
 def wait_healthy(run, unit, url, expect, wait, *, restarts_at_start=None, sleep=time.sleep, clock=time.monotonic,
-                 fetch=fetch):  # fmt: skip
+                 fetch=fetch, poll=POLL_INTERVAL):  # fmt: skip
     """Polls url until it is healthy, the unit failed or restarted, or `wait` seconds passed (at least one poll).
     restarts_at_start: the unit's NRestarts when the whole wait began (a wait of several calls passes the same one,
-    so a restart between two calls still counts); read now when None.
+    so a restart between two calls still counts); read now when None. poll: seconds between two polls.
 
     Returns healthy, unit_failed (never true together), unit_state, reason and body (first BODY_LIMIT chars).
     """
@@ -105,10 +105,11 @@ def wait_healthy(run, unit, url, expect, wait, *, restarts_at_start=None, sleep=
                 "reason": reason,
                 "body": body[:BODY_LIMIT],
             }
-        sleep(POLL_INTERVAL)
+        sleep(poll)
 
 
-def wait_all(run, services, wait, *, journal, sleep=time.sleep, clock=time.monotonic, fetch=fetch):
+def wait_all(run, services, wait, *, journal, sleep=time.sleep, clock=time.monotonic, fetch=fetch,
+             poll=POLL_INTERVAL):  # fmt: skip
     """wait_healthy for every service at once (one thread each, so a host's units are polled together and the wait
     is the slowest one's, not their sum). services: [{unit, url, expect, restarts}, ...] (restarts: NRestarts when
     the whole wait began, see wait_healthy); journal(unit) -> the tail of its
@@ -118,7 +119,7 @@ def wait_all(run, services, wait, *, journal, sleep=time.sleep, clock=time.monot
     def one(service):
         result = wait_healthy(run, service["unit"], service["url"], service.get("expect") or {}, wait,
                               restarts_at_start=service.get("restarts"), sleep=sleep, clock=clock,
-                              fetch=fetch)  # fmt: skip
+                              fetch=fetch, poll=poll)  # fmt: skip
         result["journal"] = "" if result["healthy"] else journal(service["unit"])
         result["item"] = service.get("item", service)
         return result

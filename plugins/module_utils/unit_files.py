@@ -5,6 +5,7 @@ directories per unit): each unit's environment file (secrets), unit file and rec
 tests/unit/test_unit_files.py.
 
     write(files, dirs, check, fs, absent)
+    remove(paths, check)            the paths of PATHS that existed, removed
                                     {files: [{path, kind, unit, changed, backup_file?}], diff, removed, changed}
 
 A file is changed when its content, mode or owner differ; a changed file that existed keeps a backup (the name
@@ -52,6 +53,15 @@ def ensure_dir(spec, check):
     return differs
 
 
+def remove(paths, check=False):
+    """Removes each of PATHS that exists (nothing in check mode); returns those it found."""
+    found = [p for p in paths or [] if p and os.path.lexists(p)]
+    if not check:
+        for path in found:
+            os.remove(path)
+    return found
+
+
 def write(files, dirs, check, fs, absent=()):
     """Writes each file {path, content, mode, owner, group, kind, unit, secret} whose content or attributes differ,
     and removes the paths of absent that exist (the previous files a run no longer needs).
@@ -59,10 +69,7 @@ def write(files, dirs, check, fs, absent=()):
     changed = False
     for spec in dirs or []:  # every directory, not only up to the first that changed
         changed = ensure_dir(spec, check) or changed
-    removed = [p for p in absent or [] if p and os.path.lexists(p)]
-    if not check:
-        for path in removed:
-            os.remove(path)
+    removed = remove(absent, check)
     changed = changed or bool(removed)
     out, diffs = [], []
     for spec in files:

@@ -16,6 +16,8 @@ description:
   - Which OS packages of a list are missing (dpkg, else rpm; unknown where neither answers).
   - The stamped venvs under a directory (path, kind, age) and the venvs the deployed units run (their records),
     which the prune step reads.
+  - Whether the service account and its state directory are as roles/sglang/tasks/user.yml makes them (with
+    O(account)), so that file runs only where something differs.
   - Changes nothing.
 options:
   venvs:
@@ -37,6 +39,10 @@ options:
     description: The directory of the units' records (C(sglang_record_dir)).
     type: path
     required: true
+  account:
+    description: The service account, C({user, group, home, groups, shell, comment, mode}) (the internal role's
+      C(_sglang_account)); not read when omitted.
+    type: dict
 author:
   - disagg.sglang maintainers (!UNKNOWN)
 attributes:
@@ -84,6 +90,12 @@ in_use:
   type: list
   elements: str
   returned: always
+account_drift:
+  description: What differs between the host and O(account) (empty when it is in place); null without O(account).
+  type: list
+  elements: str
+  returned: always
+  sample: ["user sglang does not exist"]
 """
 
 import glob
@@ -109,6 +121,7 @@ def main():
             "os_packages": {"type": "list", "elements": "str", "default": []},
             "venvs_dir": {"type": "path", "required": True},
             "record_dir": {"type": "path", "required": True},
+            "account": {"type": "dict"},
         },
         supports_check_mode=True,
     )
@@ -134,6 +147,7 @@ def main():
         os_missing=deps_state.os_missing(params["os_packages"], run),
         stamps=stamps,
         in_use=deps_state.in_use(records),
+        account_drift=deps_state.account_drift(params["account"]) if params["account"] else None,
     )
 
 

@@ -41,6 +41,10 @@ options:
     description: Seconds to poll before returning.
     type: int
     default: 10
+  poll:
+    description: Seconds between two polls within one call (the rolling step polls a restarting instance every 0.25 s).
+    type: float
+    default: 1.0
   journal_lines:
     description: Journal lines to return when the service is not healthy.
     type: int
@@ -120,6 +124,7 @@ def main():
             "services": {"type": "list", "elements": "dict"},
             "expect_json": {"type": "dict"},
             "wait": {"type": "int", "default": 10},
+            "poll": {"type": "float", "default": 1.0},
             "journal_lines": {"type": "int", "default": 40},
         },
         supports_check_mode=True,
@@ -140,7 +145,7 @@ def main():
 
     if params["services"] is not None:
         services = [{**s, "expect": s.get("expect") or {}} for s in params["services"]]
-        results = wait_all(run, services, params["wait"], journal=journal)
+        results = wait_all(run, services, params["wait"], journal=journal, poll=params["poll"])
         module.exit_json(
             changed=False,
             services=results,
@@ -149,7 +154,7 @@ def main():
             and all(r["healthy"] or r["unit_failed"] for r in results),
         )
     service = {"unit": params["unit"], "url": params["url"], "expect": params["expect_json"] or {}}
-    result = wait_all(run, [service], params["wait"], journal=journal)[0]
+    result = wait_all(run, [service], params["wait"], journal=journal, poll=params["poll"])[0]
     result.pop("item")
     module.exit_json(changed=False, **result)
 

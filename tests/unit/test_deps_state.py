@@ -2,7 +2,11 @@
 its stamp is this run's and every requirement (with the dependencies pip would install) is there at an allowed
 version. The distribution check runs for real, in this venv's Python, over distributions made in a temp dir."""
 
+import collections
+import grp
 import json
+import os
+import pwd
 import subprocess
 import sys
 
@@ -123,3 +127,92 @@ def test_the_pythons_in_use_come_from_the_records():
     records = {"a": {"python": "/v/engine-abc/bin/python"}, "b": {"unreadable": "x"}, "c": None,
                "d": {"python": "/v/engine-abc/bin/python"}, "e": {"python": "/v/router-1/bin/python"}}  # fmt: skip
     assert deps_state.in_use(records) == ["/v/engine-abc/bin/python", "/v/router-1/bin/python"]
+
+
+# ---------------------------------------------------------------- the service account (user.yml runs only on drift)
+
+Pw = collections.namedtuple("Pw", "pw_name pw_uid pw_gid pw_dir pw_shell pw_gecos")
+Gr = collections.namedtuple("Gr", "gr_name gr_gid gr_mem")
+HOME_UID, HOME_GID = os.getuid(), os.getgid()
+
+
+def account_host(users, groups):
+    def getpwnam(name):
+        return users[name]
+
+    def getgrnam(name):
+        return groups[name]
+
+    return getpwnam, getgrnam
+
+
+def sglang_user(**changes):
+    fields = {"pw_name": "sglang", "pw_uid": HOME_UID, "pw_gid": HOME_GID, "pw_dir": "HOME",
+              "pw_shell": "/usr/sbin/nologin", "pw_gecos": "disagg.sglang services"}  # fmt: skip
+    return Pw(**{**fields, **changes})
+
+
+GROUPS = {"sglang": Gr("sglang", HOME_GID, []), "video": Gr("video", 44, ["sglang"]), "render": Gr("render", 105, [])}
+
+# name: (users, groups, the state directory's mode or None for missing) -> drift
+ACCOUNT_CASES = {
+    "in place": ({"sglang": sglang_user()}, {**GROUPS, "render": Gr("render", 105, ["sglang"])}, 0o750, []),
+    "a GPU group the host lacks is no drift": (
+        {"sglang": sglang_user()},
+        {k: v for k, v in GROUPS.items() if k != "render"},
+        0o750,
+        [],
+    ),
+    "not in an existing GPU group": ({"sglang": sglang_user()}, GROUPS, 0o750, ["user sglang is not in group render"]),
+    "no user": ({}, GROUPS, 0o750, ["user sglang does not exist"]),
+    "no group and no user": ({}, {}, None, ["group sglang does not exist", "user sglang does not exist"]),
+    "a login shell": (
+        {"sglang": sglang_user(pw_shell="/bin/bash")},
+        {**GROUPS, "render": Gr("render", 105, ["sglang"])},
+        0o750,
+        ["user sglang has shell '/bin/bash', not '/usr/sbin/nologin'"],
+    ),
+    "another primary group": (
+        {"sglang": sglang_user(pw_gid=7)},
+        {**GROUPS, "render": Gr("render", 105, ["sglang"])},
+        0o750,
+        ["user sglang has another primary group than sglang"],
+    ),
+    "state directory missing": (
+        {"sglang": sglang_user()},
+        {**GROUPS, "render": Gr("render", 105, ["sglang"])},
+        None,
+        ["HOME does not exist"],
+    ),
+    "state directory mode": (
+        {"sglang": sglang_user()},
+        {**GROUPS, "render": Gr("render", 105, ["sglang"])},
+        0o755,
+        ["HOME has mode 0755, not 0750"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", ACCOUNT_CASES, ids=list(ACCOUNT_CASES))
+def test_account_drift(case, tmp_path):
+    users, groups, mode, want = ACCOUNT_CASES[case]
+    home = tmp_path / "state"
+    if mode is not None:
+        home.mkdir()
+        home.chmod(mode)
+    users = {name: pw._replace(pw_dir=str(home)) for name, pw in users.items()}
+    getpwnam, getgrnam = account_host(users, groups)
+    account = {"user": "sglang", "group": "sglang", "home": str(home), "groups": ["video", "render"],
+               "shell": "/usr/sbin/nologin", "comment": "disagg.sglang services", "mode": "0750"}  # fmt: skip
+    drift = deps_state.account_drift(account, getpwnam=getpwnam, getgrnam=getgrnam)
+    assert drift == [line.replace("HOME", str(home)) for line in want]
+
+
+def test_account_drift_reads_the_real_host(tmp_path):
+    """With the host's own user and group databases: root, in root's group, in a temp dir of root's."""
+    home = tmp_path / "root-home"
+    home.mkdir(mode=0o700)
+    me = pwd.getpwuid(os.getuid())
+    account = {"user": me.pw_name, "group": grp.getgrgid(me.pw_gid).gr_name, "home": str(home), "groups": [],
+               "shell": me.pw_shell, "comment": me.pw_gecos, "mode": "0700"}  # fmt: skip
+    assert deps_state.account_drift(account) == [f"user {me.pw_name} has home {me.pw_dir!r}, not {str(home)!r}"]

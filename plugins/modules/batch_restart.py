@@ -1,0 +1,153 @@
+#!/usr/bin/python
+# Copyright: disagg.sglang contributors
+# SPDX-License-Identifier: Apache-2.0 (see LICENSE)
+"""Drain, restart and wait for the instances of one rolling batch on one host, in one call
+(module_utils/batch_restart)."""
+
+DOCUMENTATION = r"""
+---
+module: batch_restart
+short_description: Drain, restart and wait for the instances of one rolling batch on one host, in one call
+version_added: "0.1.0"
+description:
+  - For each instance at once - reads its C(/metrics) until it holds no request (the sglang scheduler gauges) or
+    C(drain_timeout) seconds pass; restarts its unit (systemd's SIGTERM lets sglang drain what is left) and enables
+    it where it is not; polls its health URL every O(poll) seconds, at most O(wait) seconds, stopping early when the
+    unit fails or restarts; once it is healthy, removes its previous files (those the rollback would have read).
+  - The rolling step (roles/sglang_worker/tasks/rolling_batch.yml) calls it once per host of a batch, after the batch
+    left the router; an instance not healthy within O(wait) is waited for further with
+    M(disagg.sglang.service_health), from the restart count returned here.
+options:
+  instances:
+    description:
+      - The batch's instances on this host, as the rolling plan lists them (module_utils/rolling.py) - each
+        C({unit, health_url, previous, previous_env, previous_record, ...}); the metrics URL is the one beside
+        C(health_url), the previous files are removed once the instance is healthy.
+    type: list
+    elements: dict
+    required: true
+  drain_timeout:
+    description: Seconds to wait at most for an instance to hold no request before its restart.
+    type: int
+    default: 60
+  wait:
+    description: Seconds to wait for health after the restart.
+    type: int
+    default: 10
+  poll:
+    description: Seconds between two readings of the metrics (drain) or of the health URL.
+    type: float
+    default: 0.25
+  journal_lines:
+    description: Journal lines returned for an instance that is not healthy.
+    type: int
+    default: 40
+author:
+  - disagg.sglang maintainers (!UNKNOWN)
+attributes:
+  check_mode:
+    support: full
+    description: Restarts nothing and removes nothing; each instance comes back as not restarted.
+  diff_mode:
+    support: none
+    description: No file content changes; the restart is the change.
+"""
+
+EXAMPLES = r"""
+- name: Drain, restart and wait for decode1 (a rolling batch of one)
+  disagg.sglang.batch_restart:
+    instances:
+      - unit: sglang-decode1
+        health_url: http://127.0.0.1:30002/health
+        previous: /etc/systemd/system/sglang-decode1.service.1234.2026-12-03@10:00:00~
+    drain_timeout: 60
+    wait: 10
+  register: batch
+"""
+
+RETURN = r"""
+services:
+  description: One result per instance, in order.
+  type: list
+  elements: dict
+  returned: always
+  contains:
+    healthy:
+      description: Whether the health URL answered healthy within O(wait).
+      type: bool
+    unit_failed:
+      description: Whether the unit failed or was restarted by systemd while waited for.
+      type: bool
+    unit:
+      description: The unit (C(.service) added).
+      type: str
+    url:
+      description: The health URL.
+      type: str
+    unit_state:
+      description: The unit's state at the end, e.g. C(active/running, 0 restarts).
+      type: str
+    reason:
+      description: The last health answer in words.
+      type: str
+    drain:
+      description: C({left, seconds}) - requests still held when the drain ended (0 drained, null cannot tell).
+      type: dict
+    restarts:
+      description: The unit's restart count after the restart (the baseline of a longer wait).
+      type: int
+    restart_error:
+      description: What systemd refused, empty when nothing.
+      type: str
+    dropped:
+      description: The previous files removed (the instance is healthy).
+      type: list
+    journal:
+      description: The unit's journal tail when it is not healthy.
+      type: str
+    item:
+      description: The instance, as passed.
+      type: dict
+healthy:
+  description: Whether every instance is healthy.
+  type: bool
+  returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.disagg.sglang.plugins.module_utils.batch_restart import restart_all
+from ansible_collections.disagg.sglang.plugins.module_utils.unit_files import remove
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "instances": {"type": "list", "elements": "dict", "required": True},
+            "drain_timeout": {"type": "int", "default": 60},
+            "wait": {"type": "int", "default": 10},
+            "poll": {"type": "float", "default": 0.25},
+            "journal_lines": {"type": "int", "default": 40},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    if module.check_mode:
+        results = [{"healthy": False, "unit_failed": False, "reason": "not restarted (check mode)",
+                    "item": entry} for entry in params["instances"]]  # fmt: skip
+        module.exit_json(changed=False, services=results, healthy=False)
+
+    def run(argv):
+        return module.run_command(argv, environ_update={"LC_ALL": "C"})
+
+    def journal(unit):
+        _rc, out, err = run(["journalctl", "-u", unit, "-n", str(params["journal_lines"]), "--no-pager",
+                             "-o", "short-iso"])  # fmt: skip
+        return out or err
+
+    results = restart_all(run, params["instances"], params["wait"], params["drain_timeout"], journal=journal,
+                          remove=remove, poll=params["poll"])  # fmt: skip
+    module.exit_json(changed=True, services=results, healthy=all(r["healthy"] for r in results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""batch_restart: drain, restart, wait and drop, per instance of a rolling batch on one host.
+
+The loop runs for real with a fake host: systemctl answers from a small state machine (a restart makes the unit
+active and, when the case says so, failed or restarted later), HTTP answers by URL in order (the last repeats), a
+clock that only sleep moves, and previous files in a temp dir.
+"""
+
+import threading
+
+import pytest
+from ansible_collections.disagg.sglang.plugins.module_utils import batch_restart as br
+from ansible_collections.disagg.sglang.plugins.module_utils.unit_files import remove
+
+HEALTH = "http://127.0.0.1:30002/health"
+METRICS = "http://127.0.0.1:30002/metrics"
+OK = (200, "{}", None)
+REFUSED = (None, "", "no answer: [Errno 111] Connection refused")
+UNHEALTHY = (503, "", None)
+
+
+def metrics(running, queued=0):
+    return (200, f"sglang:num_running_reqs {running}\nsglang:num_queue_reqs {queued}\n", None)
+
+
+NOT_SGLANG = (200, "python_gc_objects_collected_total 1\n", None)
+
+
+class FakeHost:
+    """systemd and HTTP of one host. after_restart: the unit's ActiveState/SubState/NRestarts as `systemctl show`
+    reports it on each read after the restart (the last repeats)."""
+
+    def __init__(self, answers, after_restart=(("active", "running", 0),), enabled="enabled", refuse_restart=False):
+        self.answers = {url: list(seq) for url, seq in answers.items()}
+        self.after_restart = list(after_restart)
+        self.enabled, self.refuse_restart = enabled, refuse_restart
+        self.restarted = False
+        self.now, self.slept = 1000.0, 0.0
+        self.commands, self.fetched = [], []
+        self.lock = threading.Lock()
+
+    def run(self, argv):
+        self.commands.append(argv)
+        if argv[:2] == ["systemctl", "restart"]:
+            self.restarted = True
+            return (1, "", "Job failed") if self.refuse_restart else (0, "", "")
+        if argv[:2] == ["systemctl", "enable"]:
+            self.enabled = "enabled"
+            return 0, "", ""
+        if argv[:2] == ["systemctl", "show"]:
+            active, sub, restarts = ("active", "running", 0)
+            if self.restarted:
+                queue = self.after_restart
+                active, sub, restarts = queue.pop(0) if len(queue) > 1 else queue[0]
+            return (
+                0,
+                (
+                    f"Id={argv[-1]}\nLoadState=loaded\nActiveState={active}\nSubState={sub}\n"
+                    f"UnitFileState={self.enabled}\nNRestarts={restarts}\n"
+                ),
+                "",
+            )
+        raise AssertionError(argv)
+
+    def fetch(self, url):
+        with self.lock:
+            self.fetched.append((round(self.now - 1000.0, 2), url, self.restarted))
+            queue = self.answers[url]
+            return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    def sleep(self, seconds):
+        self.now += seconds
+        self.slept += seconds
+
+    def clock(self):
+        return self.now
+
+
+def entry(tmp_path, unit="sglang-decode1"):
+    files = {}
+    for key in ("previous", "previous_env", "previous_record"):
+        path = tmp_path / f"{unit}.{key}~"
+        path.write_text(key)
+        files[key] = str(path)
+    return {"unit": unit, "host": "h1", "role": "decode", "health_url": HEALTH, **files}
+
+
+def go(host, entries, wait=10, drain_timeout=60):
+    return br.restart_all(host.run, entries, wait, drain_timeout, journal=lambda unit: f"journal of {unit}",
+                          remove=remove, fetch=host.fetch, sleep=host.sleep,
+                          clock=host.clock)  # fmt: skip
+
+
+# name: (answers by URL, the unit after its restart) -> healthy, unit_failed, drain left, reason, the previous files
+# dropped, seconds slept
+CASES = {
+    "drained at once, healthy at the first poll": (
+        {METRICS: [metrics(0)], HEALTH: [OK]},
+        [("active", "running", 0)],
+        (True, False, 0, "healthy", True, 0.0),
+    ),
+    "two requests drain in 0.5 s, then 1 s of loading": (
+        {METRICS: [metrics(2), metrics(1), metrics(0)], HEALTH: [REFUSED, REFUSED, UNHEALTHY, UNHEALTHY, OK]},
+        [("active", "running", 0)],
+        (True, False, 0, "healthy", True, 1.5),
+    ),
+    "no sglang metrics: cannot tell, no drain wait": (
+        {METRICS: [NOT_SGLANG], HEALTH: [OK]},
+        [("active", "running", 0)],
+        (True, False, None, "healthy", True, 0.0),
+    ),
+    "metrics do not answer: cannot tell": (
+        {METRICS: [REFUSED], HEALTH: [OK]},
+        [("active", "running", 0)],
+        (True, False, None, "healthy", True, 0.0),
+    ),
+    "a request never drains: the drain gives up after its timeout": (
+        {METRICS: [metrics(1)], HEALTH: [OK]},
+        [("active", "running", 0)],
+        (True, False, 1, "healthy", True, 3.0),
+    ),
+    "alive but unhealthy until the wait ends: previous files kept": (
+        {METRICS: [metrics(0)], HEALTH: [UNHEALTHY]},
+        [("active", "running", 0)],
+        (False, False, 0, "HTTP 503", False, 2.0),
+    ),
+    "crashes after the restart: failed at once, previous files kept": (
+        {METRICS: [metrics(0)], HEALTH: [REFUSED]},
+        [("active", "running", 0), ("failed", "failed", 0)],
+        (False, True, 0, "no answer: [Errno 111] Connection refused", False, 0.0),
+    ),
+    "restarted by systemd while loading": (
+        {METRICS: [metrics(0)], HEALTH: [REFUSED]},
+        [("active", "running", 0), ("active", "running", 0), ("activating", "auto-restart", 1)],
+        (False, True, 0, "no answer: [Errno 111] Connection refused", False, 0.25),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_one_instance(case, tmp_path):
+    answers, after, want = CASES[case]
+    host = FakeHost(answers, after_restart=after)
+    one = entry(tmp_path)
+    [result] = go(host, [one], wait=2, drain_timeout=3)
+    dropped = all(
+        not (tmp_path / f"sglang-decode1.{k}~").exists() for k in ("previous", "previous_env", "previous_record")
+    )
+    kept = all((tmp_path / f"sglang-decode1.{k}~").exists() for k in ("previous", "previous_env", "previous_record"))
+    got = (result["healthy"], result["unit_failed"], result["drain"]["left"], result["reason"], dropped, host.slept)
+    assert got == want
+    assert kept != dropped
+    assert result["dropped"] == ([one["previous"], one["previous_env"], one["previous_record"]] if dropped else [])
+    assert result["journal"] == ("" if result["healthy"] else "journal of sglang-decode1.service")
+    assert result["item"] == one
+    assert (result["unit"], result["url"]) == ("sglang-decode1.service", HEALTH)
+    # The restart comes after the drain's last reading, and every health poll after the restart.
+    restart_at = next(i for i, argv in enumerate(host.commands) if argv[:2] == ["systemctl", "restart"])
+    assert restart_at > 0
+    assert all(restarted for _t, url, restarted in host.fetched if url == HEALTH)
+    assert not any(restarted for _t, url, restarted in host.fetched if url == METRICS)
+
+
+def test_the_restart_count_after_the_restart_is_the_baseline(tmp_path):
+    """A unit that had crashed before (NRestarts 3) is not failed for that: the count read after the restart is the
+    baseline, and it is returned for the longer wait of the caller."""
+    host = FakeHost({METRICS: [metrics(0)], HEALTH: [REFUSED, OK]}, after_restart=[("active", "running", 3)])
+    [result] = go(host, [entry(tmp_path)])
+    assert (result["healthy"], result["restarts"]) == (True, 3)
+
+
+def test_a_disabled_unit_is_enabled(tmp_path):
+    host = FakeHost({METRICS: [metrics(0)], HEALTH: [OK]}, enabled="disabled")
+    [result] = go(host, [entry(tmp_path)])
+    assert ["systemctl", "enable", "sglang-decode1.service"] in host.commands
+    assert result["healthy"] and result["restart_error"] == ""
+
+
+def test_a_refused_restart_is_said_and_the_unit_seen_failed(tmp_path):
+    host = FakeHost({METRICS: [metrics(0)], HEALTH: [REFUSED]}, after_restart=[("failed", "failed", 0)],
+                    refuse_restart=True)  # fmt: skip
+    [result] = go(host, [entry(tmp_path)])
+    assert result["unit_failed"] and "Job failed" in result["restart_error"]
+    assert result["journal"] == "journal of sglang-decode1.service"
+
+
+def test_instances_of_one_host_drain_at_once(tmp_path):
+    """Two instances of a batch on one host are drained together: each one's first metrics reading waits for the
+    other's (a barrier of two), which only a concurrent drain passes."""
+    host = FakeHost({METRICS: [metrics(0)], HEALTH: [OK]})
+    barrier = threading.Barrier(2, timeout=5)
+    fetch = host.fetch
+
+    def meeting_fetch(url):
+        if url == METRICS:
+            barrier.wait()
+        return fetch(url)
+
+    host.fetch = meeting_fetch
+    results = go(host, [entry(tmp_path, "sglang-decode1"), entry(tmp_path, "sglang-decode2")])
+    assert [r["healthy"] for r in results] == [True, True]
+    assert [r["item"]["unit"] for r in results] == ["sglang-decode1", "sglang-decode2"]
+
+
+@pytest.mark.parametrize(
+    ("health_url", "want"),
+    [
+        ("http://10.0.0.5:30002/health", "http://10.0.0.5:30002/metrics"),
+        ("http://[fd00::5]:30002/health", "http://[fd00::5]:30002/metrics"),
+        ("http://10.0.0.5:30002/readiness", ""),
+    ],
+)
+def test_metrics_url(health_url, want):
+    assert br.metrics_url(health_url) == want
