@@ -6,6 +6,8 @@ systemd reports, and one loop with an injected runner; tests/unit/test_unit_acti
 
     parse_show(text)             {name: {LoadState, ActiveState, SubState, UnitFileState}} from `systemctl show`
     plan(states, units, restart) {name: [actions]}: what each unit needs
+    settled(run, units)          {units_settled, restarts}: one read; whether no unit needs an action (the units
+                                 step skips its unit_actions call then; unit_files reads it after its write)
     apply(run, units, restart, reload, check)
                                  reads, decides and acts (nothing in check mode); never fails on a unit that systemd
                                  refuses to start: the health wait sees it failed and rolls it back
@@ -15,7 +17,7 @@ starts it again), restart (its unit or environment file changed), start (it does
 It returns each unit's restart count after acting (NRestarts), from which the health wait counts a crash.
 """
 
-PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "UnitFileState")
+PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "UnitFileState", "NRestarts")
 RUNNING = ("active", "activating", "reloading")
 
 
@@ -56,6 +58,20 @@ def plan(states, units, restart):
     return actions
 
 
+def read(run, units):
+    """{name: properties} of the units, in one `systemctl show`."""
+    _rc, out, _err = run(["systemctl", "show", f"--property={','.join(PROPERTIES)}", *map(service, units)])
+    return parse_show(out)
+
+
+def settled(run, units):
+    """{units_settled, restarts}: whether every unit runs and is enabled with nothing to do (no file changed), and each
+    one's restart count, from one read."""
+    states = read(run, units)
+    return {"units_settled": not any(plan(states, units, []).values()),
+            "restarts": {name: int(p.get("NRestarts") or 0) for name, p in states.items()}}  # fmt: skip
+
+
 def apply(run, units, restart, reload, check):
     """Reads the units' state, acts on each (daemon-reload first where asked), and returns {changed, actions,
     errors}; run(argv) -> (rc, out, err). Nothing runs in check mode: actions say what would."""
@@ -64,10 +80,7 @@ def apply(run, units, restart, reload, check):
         rc, _out, err = run(["systemctl", "daemon-reload"])
         if rc != 0:
             errors["daemon-reload"] = err.strip()
-    states = {}
-    if units:
-        _rc, out, _err = run(["systemctl", "show", f"--property={','.join(PROPERTIES)}", *map(service, units)])
-        states = parse_show(out)
+    states = read(run, units) if units else {}
     actions = plan(states, units, restart)
     if not check:
         for name, todo in actions.items():

@@ -12,6 +12,9 @@ description:
   - Creates the directories, then writes each file whose content, mode or owner differ, keeping a backup of a
     changed file that existed (for the rollback). Files are written whole and renamed over the old ones.
   - The content of O(env_files) is never logged nor shown in a diff.
+  - With O(units), it also reads those units' state in one C(systemctl show) and says whether each already runs and
+    is enabled (RV(units_settled)), so the units step skips its M(disagg.sglang.unit_actions) call where no file
+    changed and nothing needs doing.
 options:
   dirs:
     description: Directories to create, each C({path, mode, owner, group}).
@@ -63,6 +66,11 @@ options:
     elements: dict
     default: []
     suboptions: *unit_files_file
+  units:
+    description: Units whose state to read after the write (C(.service) added to a name without a suffix).
+    type: list
+    elements: str
+    default: []
 author:
   - disagg.sglang maintainers (!UNKNOWN)
 attributes:
@@ -95,9 +103,19 @@ files:
   type: list
   elements: dict
   returned: always
+units_settled:
+  description: Whether every unit of O(units) runs and is enabled, with nothing for unit_actions to do but restart a
+    changed one (false where a unit is failed, stopped, disabled or unknown).
+  type: bool
+  returned: when O(units) is given
+restarts:
+  description: Per unit of O(units), its restart count (C(NRestarts)); the health wait counts a crash from it.
+  type: dict
+  returned: when O(units) is given
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.disagg.sglang.plugins.module_utils import unit_actions
 from ansible_collections.disagg.sglang.plugins.module_utils.unit_files import write
 
 
@@ -123,6 +141,7 @@ def main():
             "absent": {"type": "list", "elements": "path", "default": []},
             "files": {"type": "list", "elements": "dict", "default": [], "options": file_options(secret=False)},
             "env_files": {"type": "list", "elements": "dict", "default": [], "options": file_options(secret=True)},
+            "units": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -132,6 +151,12 @@ def main():
     result = write(files, params["dirs"], module.check_mode, fs, params["absent"])
     if not module._diff:
         result.pop("diff")
+    if params["units"]:
+
+        def run(argv):
+            return module.run_command(argv, environ_update={"LC_ALL": "C"})
+
+        result.update(unit_actions.settled(run, params["units"]))
     module.exit_json(**result)
 
 

@@ -82,3 +82,25 @@ def test_a_unit_systemd_refuses_is_named_and_the_others_still_act():
                                              "exited with error code."}  # fmt: skip
     assert ["systemctl", "start", "d.service"] in systemctl.calls
     assert result["changed"]
+
+
+@pytest.mark.parametrize(
+    ("states", "settled"),
+    [
+        ({"p": RUNNING, "d": RUNNING}, True),  # the no-op run: unit_actions is not called
+        ({"p": RUNNING, "d": ("loaded", "activating", "enabled")}, True),  # starting counts as running
+        ({"p": RUNNING, "d": ("loaded", "failed", "enabled")}, False),  # crashed since the last run
+        ({"p": RUNNING, "d": ("loaded", "inactive", "enabled")}, False),  # stopped by hand
+        ({"p": RUNNING, "d": ("loaded", "active", "disabled")}, False),  # disabled by hand
+        ({"p": RUNNING, "d": ("not-found", "inactive", "")}, False),  # its file is gone: unit_actions names it
+    ],
+)
+def test_settled_is_true_only_when_no_unit_needs_an_action(states, settled):
+    """What the write's own read tells the units step (unit_files' `units`): settled exactly where apply, with no file
+    changed, would do nothing; one read, no action; each unit's restart count comes back."""
+    text = show(**states).replace("UnitFileState=", "NRestarts=2\nUnitFileState=")
+    systemctl = Systemctl(text)
+    got = unit_actions.settled(systemctl, list(states))
+    assert got["units_settled"] is settled
+    assert [argv[1] for argv in systemctl.calls] == ["show"]
+    assert got["restarts"] == {f"{name}.service": 2 for name in states}
