@@ -13,6 +13,8 @@ description:
     host other than the router's bind to their advertise address.
   - With O(connect), opens a TCP connection to each target. A connection or a refusal means the host answered
     (on a first run nothing listens yet); a timeout, no route or an unresolvable name is a problem.
+  - With O(http), sends a GET to each URL from this host and returns its status (the router's plan asks its own
+    health URL, so the apply knows whether a router serves without asking again).
   - Changes nothing; the result lists each outcome and C(problems), one message per bad address or target,
     naming the variable to fix.
 options:
@@ -25,6 +27,11 @@ options:
     description: "Targets: C({unit, host, address, port}) (the host and unit only name the target in messages)."
     type: list
     elements: dict
+    default: []
+  http:
+    description: URLs to GET; their HTTP status comes back in RV(http), 0 where nothing answered.
+    type: list
+    elements: str
     default: []
   name:
     description: The inventory name of this host, for the messages.
@@ -64,6 +71,10 @@ connect:
   returned: always
   type: list
   elements: dict
+http:
+  description: "URL -> the HTTP status it answered (0: no answer)."
+  returned: always
+  type: dict
 problems:
   description: One message per address or target that is not fine.
   returned: always
@@ -72,7 +83,7 @@ problems:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules
+from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, service_health
 
 
 def main():
@@ -80,6 +91,7 @@ def main():
         argument_spec={
             "bind": {"type": "list", "elements": "str", "default": []},
             "connect": {"type": "list", "elements": "dict", "default": []},
+            "http": {"type": "list", "elements": "str", "default": []},
             "name": {"type": "str", "default": "this host"},
             "timeout": {"type": "float", "default": 3.0},
         },
@@ -92,7 +104,8 @@ def main():
     ]
     problems = cluster_rules.bind_problems(p["name"], bind)
     problems += cluster_rules.connect_problems(p["name"], connect)
-    module.exit_json(changed=False, bind=bind, connect=connect, problems=problems)
+    http = {url: service_health.fetch(url)[0] or 0 for url in p["http"]}
+    module.exit_json(changed=False, bind=bind, connect=connect, http=http, problems=problems)
 
 
 if __name__ == "__main__":
