@@ -43,11 +43,13 @@ def unit_failed(state, restarts_at_start):
     return active in ("failed", "inactive") or sub == "auto-restart" or restarts > restarts_at_start
 
 
-def fetch(url, timeout=HTTP_TIMEOUT):
-    """One GET: (status, body, error). status is None when nothing answered; error then says why."""
+def fetch(url, timeout=HTTP_TIMEOUT, *, data=None, headers=None, limit=READ_LIMIT):
+    """One GET, or a POST of DATA when given: (status, body, error). status is None when nothing answered; error then
+    says why. LIMIT: bytes read from a 2xx answer (the router canary reads whole /metrics pages)."""
+    method = "GET" if data is None else "POST"
     try:
-        with open_url(url, timeout=timeout) as resp:
-            return resp.status, resp.read(READ_LIMIT).decode("utf-8", "replace"), None
+        with open_url(url, data=data, headers=headers, method=method, timeout=timeout) as resp:
+            return resp.status, resp.read(limit).decode("utf-8", "replace"), None
     except HTTPError as exc:  # a 4xx/5xx answer: it carries a status and a body
         return exc.code, exc.read(BODY_LIMIT).decode("utf-8", "replace"), None
     except (URLError, OSError, HTTPException, UrlsConnectionError) as exc:
