@@ -1,7 +1,7 @@
 """Converge speed on the sandbox (issue 24): each figure a median of RUNS runs. A benchmark, not a test: it prints
 its numbers; run it on a quiet machine.
 
-    .venv/bin/python tests/bench/converge_speed.py [--runs 3] [--only P2,P6,P4] [--keep]
+    .venv/bin/python tests/bench/converge_speed.py [--runs 3] [--only P2,P6,P4] [--keep] [--health-poll S]
 
 P2  no-op converge of one host (sandbox bench-speed, the one-host sandbox inventory: prefill, decode and router):
     site.yml once to converge, then RUNS runs that must change nothing (the script fails loudly on changed != 0).
@@ -185,10 +185,12 @@ def figure_p2(args, tmp):
 # ---------------------------------------------------------------- P6: rolling overhead per batch
 
 
-def roll_host_vars(delay, generation):
+def roll_host_vars(delay, generation, health_poll=None):
     """prefill0 TP4 (from the sandbox group_vars), two TP2 decodes; decode1's env BENCH_ROLL is the knob that rolls
-    it alone; the simulator's start-up delay for both decodes."""
-    return {
+    it alone; the simulator's start-up delay for both decodes; sglang_health_poll where given (else the sandbox
+    inventory's 2 s: a progress line, and so a module run, every 2 s of an engine's start)."""
+    extra = {} if health_poll is None else {"sglang_health_poll": health_poll}
+    return extra | {
         "sglang_decode_instances": [
             {"name": "decode0", "tp": 2, "port": 30001, "dist_init_port": 30435},
             {"name": DECODE1, "tp": 2, "port": 30011, "dist_init_port": 30445, "env": {"BENCH_ROLL": str(generation)}},
@@ -266,13 +268,13 @@ def figure_p6(args, tmp):
     lines = []
     for delay in DELAYS:
         inventory = write_inventory(tmp / f"p6-{delay}-{generation}", ROLL, host,
-                                    host_vars=roll_host_vars(delay, generation))  # fmt: skip
+                                    host_vars=roll_host_vars(delay, generation, args.health_poll))  # fmt: skip
         converge(inventory, f"converge with SGLANG_SIM_STARTUP_DELAY={delay} (setup, not measured)", tmp)
         rows = []
         for index in range(args.runs):
             generation += 1
             inventory = write_inventory(tmp / f"p6-{delay}-{generation}", ROLL, host,
-                                        host_vars=roll_host_vars(delay, generation))  # fmt: skip
+                                        host_vars=roll_host_vars(delay, generation, args.health_poll))  # fmt: skip
             playbook = Playbook(inventory, f"P6 rolling run {index + 1} (delay {delay})", tmp)
             order = [m for _host, m in debug_messages(playbook.stdout) if m.startswith("rolling restart, batch")]
             timeline = rolling_timeline(playbook)
@@ -296,7 +298,8 @@ def figure_p6(args, tmp):
             say(f"    slowest batch tasks (s): {slowest}")
         m = {key: median(row[key] for row in rows) for key in rows[0]}
         lines.append(
-            f"P6 rolling, one decode of two, SGLANG_SIM_STARTUP_DELAY={delay}, median of {args.runs}: "
+            f"P6 rolling, one decode of two, SGLANG_SIM_STARTUP_DELAY={delay}, sglang_health_poll "
+            f"{args.health_poll or '2 (sandbox)'}, median of {args.runs}: "
             f"overhead per batch {m['overhead']:.1f} s (batch {m['batch']:.1f} s - engine stop {m['stop']:.1f} s "
             f"- engine start {m['start']:.1f} s); playbook wall {m['wall']:.1f} s = before the rolling step "
             f"{m['before']:.1f} + rolling step {m['step']:.1f} + after {m['after']:.1f}"
@@ -338,6 +341,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3, help="runs per figure; each figure prints their median")
     parser.add_argument("--only", default=",".join(FIGURES), help="figures to run, comma separated (P2,P6,P4)")
+    parser.add_argument("--health-poll", type=int, help="P6: sglang_health_poll (seconds a health call waits)")
     parser.add_argument("--keep", action="store_true", help="leave the sandboxes up")
     args = parser.parse_args()
     chosen = [name.strip().upper() for name in args.only.split(",") if name.strip()]

@@ -130,6 +130,22 @@ def test_a_package_removed_by_hand_from_the_engine_venv_is_put_back_by_the_next_
     assert "Say why a venv is built or repaired" not in again
 
 
+def test_a_state_directory_changed_by_hand_is_put_back_and_only_then_the_account_steps_run(sandbox):
+    """Drift of the service account: a no-op run includes none of user.yml's steps (deps_state read the account in
+    place); the state directory's mode and owner changed by hand are found, user.yml runs and puts them back, and the
+    run after includes it no more."""
+    quiet = playbook(sandbox).stdout
+    assert "TASK [disagg.sglang.sglang : Create the state directory" not in quiet, quiet[-3000:]
+    on_host(sandbox, "chmod 0777 /var/lib/sglang && chown root:root /var/lib/sglang")
+    out = playbook(sandbox).stdout
+    repaired = re.search(r"TASK \[disagg.sglang.sglang : Create the state directory[^\]]*\] \*+\nchanged:", out)
+    assert repaired, out[-3000:]
+    assert on_host(sandbox, "stat -c '%a %U:%G' /var/lib/sglang").strip() == "750 sglang:sglang"
+    again = playbook(sandbox).stdout
+    assert recap(again)["changed"] == 0, again[-3000:]
+    assert "TASK [disagg.sglang.sglang : Create the state directory" not in again
+
+
 def test_the_converge_prints_no_deprecation_warning(sandbox):
     """What `make demo` runs (site.yml on the sandbox inventory) prints no Ansible deprecation (the topology step once
     read the injected top-level fact discovered_interpreter_python, which ansible-core 2.24 stops injecting)."""
