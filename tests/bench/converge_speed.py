@@ -21,6 +21,10 @@ P4  cold converge of four hosts over a cold converge of one host: fresh sandbox 
     up), then site.yml. One host: bench-cold1 with the one-host sandbox inventory (1 prefill, 1 decode, router);
     four hosts: bench-cold4 with the multi-host scenario of tests/integration/multihost.py (a router host, a
     prefill host with two instances, two decode hosts: 4 workers). The two alternate, one run each in turn.
+    Where the time goes, in CPU seconds during each converge: the sandbox hosts' (every process under the sandbox's
+    systemd-nspawn processes: their systemd, sshd, simulators, pip, the modules run there), the controller's
+    (ansible-playbook, its forks and ssh clients) and the whole machine's (/proc/stat): on a 2-core machine whatever
+    the hosts burn is wall time the converge waits for, and not the collection's to cut.
 
 Each figure uses its own sandbox, brought up if needed, and takes it down when done unless --keep. All three with
 --runs 3 take about 20 minutes on a 2-core machine (P2 2, P6 7, P4 10).
@@ -28,7 +32,9 @@ Each figure uses its own sandbox, brought up if needed, and takes it down when d
 
 import argparse
 import json
+import os
 import re
+import resource
 import shlex
 import statistics
 import subprocess
@@ -71,12 +77,54 @@ def median(values):
     return statistics.median(values)
 
 
+def tree_cpu(sandbox):
+    """CPU seconds of sandbox SANDBOX's hosts so far: every process under its systemd-nspawn processes (the hosts'
+    systemd, sshd, simulators, pip, the modules Ansible runs there), alive ones with the time of the children they
+    reaped (utime + stime + cutime + cstime from /proc/PID/stat). The hosts share this machine's cgroup, so their
+    processes are found by their parents."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent, times, roots = {}, {}, []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        parent[int(entry)] = int(fields[1])
+        times[int(entry)] = sum(int(f) for f in fields[11:15]) / tick
+        if cmdline[0].endswith(b"systemd-nspawn") and any(a.startswith(f"{sandbox}-".encode()) for a in cmdline):
+            roots.append(int(entry))
+    inside = set(roots)
+    grew = True
+    while grew:
+        more = {pid for pid, ppid in parent.items() if ppid in inside} - inside
+        grew = bool(more)
+        inside |= more
+    return sum(times[pid] for pid in inside)
+
+
+def machine_busy():
+    """CPU seconds this machine was busy so far (all cores; /proc/stat's cpu line less idle and iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def controller_cpu():
+    """CPU seconds of this script's finished children (ansible-playbook, its forks and ssh clients)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 class Playbook:
     """One `ansible-playbook -i INV site.yml`: wall seconds, wall-clock start and end, stdout, the recap per host and
     the bench_timing events (tasks with their start times, results)."""
 
-    def __init__(self, inventory, label, tmp):
+    def __init__(self, inventory, label, tmp, sandbox=None):
         timing = Path(tempfile.mkstemp(prefix="timing-", suffix=".jsonl", dir=tmp)[1])
+        before = (tree_cpu(sandbox) if sandbox else 0.0, controller_cpu(), machine_busy())
         env = {
             "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS),
             "ANSIBLE_CALLBACKS_ENABLED": "bench_timing",
@@ -86,6 +134,10 @@ class Playbook:
         proc = run([str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), "site.yml"], check=False,
                    timeout=PLAYBOOK_TIMEOUT, env=env, quiet=True)  # fmt: skip
         self.end = time.time()
+        after = (tree_cpu(sandbox) if sandbox else 0.0, controller_cpu(), machine_busy())
+        # CPU seconds during the run: the sandbox hosts', the controller's (Ansible), the whole machine's
+        self.cpu = dict(zip(("hosts", "controller", "machine"), (b - a for a, b in zip(before, after, strict=True)),
+                            strict=True))  # fmt: skip
         self.seconds = proc.seconds
         self.stdout = proc.stdout
         recap_text = proc.stdout.split("PLAY RECAP", 1)[-1]
@@ -115,10 +167,13 @@ def task_line(task):
     return int(task["path"].rsplit(":", 1)[1])
 
 
-def converge(inventory, label, tmp):
+def converge(inventory, label, tmp, sandbox=None):
     say(f"  {label} ...")
-    playbook = Playbook(inventory, label, tmp)
-    say(f"  {label}: {playbook.seconds:.1f} s, changed={playbook.total('changed')}")
+    playbook = Playbook(inventory, label, tmp, sandbox)
+    cpu = playbook.cpu
+    said = (f"; CPU s: sandbox hosts {cpu['hosts']:.1f}, controller {cpu['controller']:.1f}, "
+            f"machine {cpu['machine']:.1f}" if sandbox else "")  # fmt: skip
+    say(f"  {label}: {playbook.seconds:.1f} s, changed={playbook.total('changed')}{said}")
     return playbook
 
 
@@ -320,18 +375,33 @@ def figure_p4(args, tmp):
     for index in range(args.runs):
         fresh(COLD1)
         inventory = write_inventory(tmp / f"p4-one-{index}", COLD1, f"{COLD1}-1")
-        one.append(converge(inventory, f"run {index + 1}: cold converge, one host", tmp).seconds)
+        one.append(converge(inventory, f"run {index + 1}: cold converge, one host", tmp, COLD1))
         teardown(COLD1)
         fresh(COLD4, command=multihost.sandbox_up_command(COLD4))
         inventory = tmp / f"p4-four-{index}"
         multihost.write_inventory(inventory, COLD4)
-        four.append(converge(inventory, f"run {index + 1}: cold converge, four hosts", tmp).seconds)
+        four.append(converge(inventory, f"run {index + 1}: cold converge, four hosts", tmp, COLD4))
         teardown(COLD4)
-    ratio = median(four) / median(one)
-    return [
-        f"P4 cold converge, median of {args.runs}: four hosts (multi-host scenario) {median(four):.1f} s, "
-        f"one host (one-host sandbox inventory) {median(one):.1f} s, ratio {ratio:.2f}"
+    walls = {"one": median([p.seconds for p in one]), "four": median([p.seconds for p in four])}
+    cpu = {name: {key: median([p.cpu[key] for p in runs]) for key in ("hosts", "controller", "machine")}
+           for name, runs in (("one", one), ("four", four))}  # fmt: skip
+    lines = [
+        f"P4 cold converge, median of {args.runs}: four hosts (multi-host scenario) {walls['four']:.1f} s, "
+        f"one host (one-host sandbox inventory) {walls['one']:.1f} s, ratio {walls['four'] / walls['one']:.2f}"
     ]
+    # Where the difference goes: CPU seconds on this 2-core machine. The sandbox hosts' own work (their systemd,
+    # simulators, pip installs, the modules run on them) is not ours to cut; the controller's is Ansible's.
+    for name in ("one", "four"):
+        c = cpu[name]
+        rest = c["machine"] - c["hosts"] - c["controller"]
+        lines.append(f"   {name} host(s): CPU s - sandbox hosts {c['hosts']:.1f}, controller (Ansible) "
+                     f"{c['controller']:.1f}, the rest of the machine {rest:.1f}; machine busy {c['machine']:.1f} of "
+                     f"{os.cpu_count() * walls[name]:.1f} core-seconds")  # fmt: skip
+    extra = {key: cpu["four"][key] - cpu["one"][key] for key in ("hosts", "controller", "machine")}
+    lines.append(f"   four - one: {walls['four'] - walls['one']:.1f} s wall; CPU s - sandbox hosts "
+                 f"+{extra['hosts']:.1f}, controller +{extra['controller']:.1f}, "
+                 f"machine +{extra['machine']:.1f}")  # fmt: skip
+    return lines
 
 
 FIGURES = {"P2": figure_p2, "P6": figure_p6, "P4": figure_p4}
