@@ -39,16 +39,10 @@ def drain(url, timeout, *, fetch, sleep, clock, poll=POLL):
         sleep(poll)
 
 
-def metrics_url(health_url):
-    """The /metrics URL beside an instance's /health URL (both served by sglang's HTTP server)."""
-    base, sep, last = health_url.rpartition("/")
-    return f"{base}/metrics" if sep and last == "health" else ""
-
-
 def restart_one(run, entry, wait, drain_timeout, *, fetch, journal, sleep, clock, poll=POLL, remove=None):
     """Drain, restart, wait and (healthy) drop the previous files of one instance. entry: the rolling plan's
     {unit, host, health_url, previous, previous_env, previous_record, ...} (module_utils/rolling.py)."""
-    drain_url = metrics_url(entry["health_url"])
+    drain_url = service_health.metrics_url(entry["health_url"])
     drained = (
         drain(drain_url, float(drain_timeout), fetch=fetch, sleep=sleep, clock=clock, poll=poll)
         if drain_url

@@ -19,7 +19,6 @@ from ansible_collections.disagg.sglang.plugins.module_utils import service_healt
 from ansible_collections.disagg.sglang.plugins.module_utils.prom_text import kv_transfer_report
 
 METRICS_TIMEOUT = 10  # seconds for one worker's /metrics
-METRICS_LIMIT = 16 << 20  # bytes read from a /metrics page: the whole page (histograms of every rank can be large)
 REQUEST_TIMEOUT = 60  # seconds for one try of the request (a cold first generation)
 RETRY_DELAY = 2  # seconds between two tries
 ANSWER_LIMIT = service_health.BODY_LIMIT  # characters of an answer that is not JSON, or of the last failed one
@@ -27,7 +26,7 @@ ANSWER_LIMIT = service_health.BODY_LIMIT  # characters of an answer that is not 
 
 def fetch_metrics(url):
     """(status, text, error) of one worker's /metrics page."""
-    return service_health.fetch(url, METRICS_TIMEOUT, limit=METRICS_LIMIT)
+    return service_health.fetch(url, METRICS_TIMEOUT, limit=service_health.METRICS_LIMIT)
 
 
 def post(url, body, headers):

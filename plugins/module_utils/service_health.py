@@ -22,6 +22,7 @@ BODY_LIMIT = 2000  # characters of the last answer returned to the caller
 READ_LIMIT = 100000  # bytes read from a healthy answer (a /readiness or /health body is far smaller)
 HTTP_TIMEOUT = 5  # seconds for one request
 POLL_INTERVAL = 1  # seconds between two polls within one wait
+METRICS_LIMIT = 16 << 20  # bytes read from a /metrics page: the whole page (histograms of every rank can be large)
 
 
 def parse_unit_state(rc, out):
@@ -54,6 +55,11 @@ def fetch(url, timeout=HTTP_TIMEOUT, *, data=None, headers=None, limit=READ_LIMI
         return exc.code, exc.read(BODY_LIMIT).decode("utf-8", "replace"), None
     except (URLError, OSError, HTTPException, UrlsConnectionError) as exc:
         return None, "", f"no answer: {getattr(exc, 'reason', exc)}"
+
+
+def fetch_metrics(url):
+    """One GET of a whole /metrics page (up to METRICS_LIMIT bytes): (status, body, error)."""
+    return fetch(url, limit=METRICS_LIMIT)
 
 
 def judge(status, body, error, expect):
@@ -110,19 +116,29 @@ def wait_healthy(run, unit, url, expect, wait, *, restarts_at_start=None, sleep=
         sleep(poll)
 
 
+def metrics_url(health_url):
+    """The /metrics URL beside an instance's /health URL (both served by sglang's HTTP server); "" for another URL."""
+    base, sep, last = health_url.rpartition("/")
+    return f"{base}/metrics" if sep and last == "health" else ""
+
+
 def wait_all(run, services, wait, *, journal, sleep=time.sleep, clock=time.monotonic, fetch=fetch,
-             poll=POLL_INTERVAL):  # fmt: skip
+             poll=POLL_INTERVAL, fetch_metrics=fetch_metrics):  # fmt: skip
     """wait_healthy for every service at once (one thread each, so a host's units are polled together and the wait
-    is the slowest one's, not their sum). services: [{unit, url, expect, restarts}, ...] (restarts: NRestarts when
-    the whole wait began, see wait_healthy); journal(unit) -> the tail of its
-    journal, read for each service that is not healthy. Returns one result per service, in order, each with the
-    service's own `item` (whatever the caller passed there) and its journal."""
+    is the slowest one's, not their sum). services: [{unit, url, expect, restarts, metrics_url}, ...] (restarts:
+    NRestarts when the whole wait began, see wait_healthy); journal(unit) -> the tail of its journal, read for each
+    service that is not healthy. Returns one result per service, in order, each with the service's own `item`
+    (whatever the caller passed there) and its journal; a healthy service with a metrics_url also with `content`,
+    its /metrics page read once healthy ("" when it did not answer 200; the stranded-KV step reads it)."""
 
     def one(service):
         result = wait_healthy(run, service["unit"], service["url"], service.get("expect") or {}, wait,
                               restarts_at_start=service.get("restarts"), sleep=sleep, clock=clock,
                               fetch=fetch, poll=poll)  # fmt: skip
         result["journal"] = "" if result["healthy"] else journal(service["unit"])
+        if result["healthy"] and service.get("metrics_url"):
+            status, body, _error = fetch_metrics(service["metrics_url"])
+            result["content"] = body if status == 200 else ""
         result["item"] = service.get("item", service)
         return result
 

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 from ansible_collections.disagg.sglang.plugins.module_utils import batch_restart as br
+from ansible_collections.disagg.sglang.plugins.module_utils import service_health
 from ansible_collections.disagg.sglang.plugins.module_utils.unit_files import remove
 
 HEALTH = "http://127.0.0.1:30002/health"
@@ -210,4 +211,4 @@ def test_instances_of_one_host_drain_at_once(tmp_path):
     ],
 )
 def test_metrics_url(health_url, want):
-    assert br.metrics_url(health_url) == want
+    assert service_health.metrics_url(health_url) == want

@@ -6,7 +6,9 @@ The play is site.yml's stranded-KV step, run with a local connection; each host'
 what site.yml's preflight plans (the keys the step reads: unit, role, health_url).
 """
 
+import re
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,24 @@ def test_without_a_second_prefill_it_is_named_and_left_to_the_operator(tmp_path,
     assert len(named) == 1 and f"holds {held} KV tokens" in named[0], messages
     assert "systemctl restart sglang-prefill0.service" in named[0]
     assert "deferred: " in messages  # nothing handed to the rolling restart
+
+
+def test_the_health_wait_s_reading_is_used_and_only_the_rest_read_again(tmp_path, stranded):
+    """site.yml's health wait (service_health, rolling.health_services) read each prefill's /metrics once it was
+    healthy: the step names the stranded prefill from that reading, and asks /metrics only of a prefill the wait did
+    not read (here the idle one)."""
+    prefill, idle, held = stranded
+    with urllib.request.urlopen(prefill.url("/metrics"), timeout=10) as page:
+        content = page.read().decode()
+    waited = {"services": [{"healthy": True, "content": content, "item": spec("sglang-prefill0", prefill)}]}
+    children = {"prefill": {"hosts": {"prefill-01": {
+        "sglang_worker_units": [spec("sglang-prefill0", prefill), spec("sglang-prefill1", idle)]}}}}  # fmt: skip
+    extra = {"sglang_role_totals": {"prefill": 2}, "sglang_model_path": "/models/m", "__sglang_health": waited,
+             "_sglang_router_serving": True, "sglang_rolling_batch": 1}  # fmt: skip
+    out = local_play(tmp_path, children, PLAY, extra)
+    read = re.search(r"TASK \[[^\]]*Read the KV use of the prefill workers the health wait did not read[^\]]*\] \*+\n"
+                     r"((?:ok|skipping).*\n)+", out)  # fmt: skip
+    assert read and re.findall(r"item=(sglang-prefill\d)", read.group(0)) == ["sglang-prefill1"], out[-3000:]
+    messages = [msg for _host, msg in debug_messages(out)]
+    named = [m for m in messages if "stranded KV" in m]
+    assert len(named) == 1 and named[0].startswith(f"sglang-prefill0 on prefill-01 holds {held} KV tokens"), messages
