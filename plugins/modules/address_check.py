@@ -15,6 +15,7 @@ description:
     (on a first run nothing listens yet); a timeout, no route or an unresolvable name is a problem.
   - With O(http), sends a GET to each URL from this host and returns its status (the router's plan asks its own
     health URL, so the apply knows whether a router serves without asking again).
+  - With O(paths), says whether each path exists on this host (the router's local tokenizer).
   - Changes nothing; the result lists each outcome and C(problems), one message per bad address or target,
     naming the variable to fix.
 options:
@@ -32,6 +33,11 @@ options:
     description: URLs to GET; their HTTP status comes back in RV(http), 0 where nothing answered.
     type: list
     elements: str
+    default: []
+  paths:
+    description: Paths whose existence comes back in RV(exists).
+    type: list
+    elements: path
     default: []
   name:
     description: The inventory name of this host, for the messages.
@@ -71,6 +77,10 @@ connect:
   returned: always
   type: list
   elements: dict
+exists:
+  description: "Path -> whether it exists."
+  returned: always
+  type: dict
 http:
   description: "URL -> the HTTP status it answered (0: no answer)."
   returned: always
@@ -82,6 +92,8 @@ problems:
   elements: str
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, service_health
 
@@ -92,6 +104,7 @@ def main():
             "bind": {"type": "list", "elements": "str", "default": []},
             "connect": {"type": "list", "elements": "dict", "default": []},
             "http": {"type": "list", "elements": "str", "default": []},
+            "paths": {"type": "list", "elements": "path", "default": []},
             "name": {"type": "str", "default": "this host"},
             "timeout": {"type": "float", "default": 3.0},
         },
@@ -105,7 +118,8 @@ def main():
     problems = cluster_rules.bind_problems(p["name"], bind)
     problems += cluster_rules.connect_problems(p["name"], connect)
     http = {url: service_health.fetch(url)[0] or 0 for url in p["http"]}
-    module.exit_json(changed=False, bind=bind, connect=connect, http=http, problems=problems)
+    exists = {path: os.path.exists(path) for path in p["paths"]}
+    module.exit_json(changed=False, bind=bind, connect=connect, http=http, exists=exists, problems=problems)
 
 
 if __name__ == "__main__":
