@@ -116,6 +116,12 @@ def wait_healthy(run, unit, url, expect, wait, *, restarts_at_start=None, sleep=
         sleep(poll)
 
 
+def journal_tail(run, unit, lines):
+    """The last LINES lines of UNIT's journal (what went wrong, for a unit that is not healthy)."""
+    _rc, out, err = run(["journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o", "short-iso"])
+    return out or err
+
+
 def metrics_url(health_url):
     """The /metrics URL beside an instance's /health URL (both served by sglang's HTTP server); "" for another URL."""
     base, sep, last = health_url.rpartition("/")

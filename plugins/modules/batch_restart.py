@@ -116,6 +116,7 @@ healthy:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.disagg.sglang.plugins.module_utils.batch_restart import restart_all
+from ansible_collections.disagg.sglang.plugins.module_utils.service_health import journal_tail
 from ansible_collections.disagg.sglang.plugins.module_utils.unit_files import remove
 
 
@@ -140,9 +141,7 @@ def main():
         return module.run_command(argv, environ_update={"LC_ALL": "C"})
 
     def journal(unit):
-        _rc, out, err = run(["journalctl", "-u", unit, "-n", str(params["journal_lines"]), "--no-pager",
-                             "-o", "short-iso"])  # fmt: skip
-        return out or err
+        return journal_tail(run, unit, params["journal_lines"])
 
     results = restart_all(run, params["instances"], params["wait"], params["drain_timeout"], journal=journal,
                           remove=remove, poll=params["poll"])  # fmt: skip

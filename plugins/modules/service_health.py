@@ -113,7 +113,7 @@ services:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils.service_health import wait_all
+from ansible_collections.disagg.sglang.plugins.module_utils.service_health import journal_tail, wait_all
 
 
 def main():
@@ -138,10 +138,7 @@ def main():
         return module.run_command(cmd, environ_update={"LC_ALL": "C"})
 
     def journal(unit):
-        _rc, out, err = run(
-            ["journalctl", "-u", unit, "-n", str(params["journal_lines"]), "--no-pager", "-o", "short-iso"]
-        )
-        return out or err
+        return journal_tail(run, unit, params["journal_lines"])
 
     if params["services"] is not None:
         services = [{**s, "expect": s.get("expect") or {}} for s in params["services"]]

@@ -1,4 +1,9 @@
-"""The sample PD pair the unit tests render: the 1P1D TP4+TP4 instances of the deployment notes."""
+"""The sample PD pair the unit tests render: the 1P1D TP4+TP4 instances of the deployment notes; a loopback HTTP
+server for the tests of the modules that ask a URL."""
+
+import contextlib
+import threading
+from http.server import ThreadingHTTPServer
 
 INSTANCES = {
     "prefill": {"name": "prefill0", "tp": 4, "port": 30000, "bootstrap_port": 8998, "dist_init_port": 30335},
@@ -11,3 +16,17 @@ SETTINGS = {
     "host": "127.0.0.1",
     "dist_init_host": "127.0.0.1",
 }
+
+
+@contextlib.contextmanager
+def loopback_server(handler):
+    """HANDLER (a BaseHTTPRequestHandler class) served on 127.0.0.1 at a free port, in a thread; yields the base URL
+    and shuts the server down after."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

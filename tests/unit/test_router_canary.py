@@ -8,12 +8,13 @@ The real fetch and POST are tested against an HTTP server on loopback, and the m
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from ansible.module_utils import testing
 from ansible_collections.disagg.sglang.plugins.module_utils import router_canary as rc
 from ansible_collections.disagg.sglang.plugins.modules import router_canary as module
+from samples import loopback_server
 from test_prom_text import page
 
 ROUTER = "http://127.0.0.1:8000"
@@ -207,12 +208,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with loopback_server(_Handler) as url:
+        yield url
 
 
 def test_the_real_http_calls(server):

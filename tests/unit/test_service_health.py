@@ -7,7 +7,6 @@ sleeps. fetch itself is tested against a real HTTP server on loopback, and the m
 
 import functools
 import json
-import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -15,6 +14,7 @@ import pytest
 from ansible.module_utils import testing
 from ansible_collections.disagg.sglang.plugins.module_utils import service_health as sh
 from ansible_collections.disagg.sglang.plugins.modules import service_health as module
+from samples import loopback_server
 
 UNIT = "sglang-decode0.service"
 URL = "http://127.0.0.1:30001/health"
@@ -224,12 +224,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with loopback_server(_Handler) as url:
+        yield url
 
 
 @pytest.mark.parametrize(
