@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.disagg.sglang.plugins.module_utils import service_health
-from ansible_collections.disagg.sglang.plugins.module_utils.prom_text import kv_transfer_report
+from ansible_collections.disagg.sglang.plugins.module_utils.prom_text import in_flight, kv_transfer_report
 
 METRICS_TIMEOUT = 10  # seconds for one worker's /metrics
 REQUEST_TIMEOUT = 60  # seconds for one try of the request (a cold first generation)
@@ -92,7 +92,8 @@ def run(url, workers, options, *, fetch=fetch_metrics, post=post, sleep=time.sle
 
     workers: [{unit, metrics_url, ...}] (a unit spec of the plan serves as it is). options: prompt, max_new_tokens,
     api_key, timeout (seconds the request may keep failing), simulated (the workers run a simulator: said in the
-    report's line). Returns {passed, status, reason, answer, tries, seconds, report, unanswered}: passed when the
+    report's line). Returns {passed, status, reason, answer, tries, seconds, report, unanswered, in_flight_before}:
+    in_flight_before the requests the workers held when it began; passed when the
     router answered 200; report is kv_transfer_report's over the two readings; unanswered the units whose /metrics
     did not answer 200 in either reading. The metrics are read again after a request that never passed too, so a
     failure shows what the workers counted meanwhile.
@@ -110,7 +111,12 @@ def run(url, workers, options, *, fetch=fetch_metrics, post=post, sleep=time.sle
     )
     after, missed_after = read_metrics(workers, fetch=fetch)
     passed = status == 200
+    # Requests the workers held when the canary began (their scheduler gauges, prom_text.in_flight): a failure they
+    # count during the window may be theirs (a decode still waiting for a bootstrap that will never come gives up
+    # later and counts it), so it cannot be laid on this request.
+    others = sum(in_flight(text) or 0 for text in before.values())
     return {
+        "in_flight_before": others,
         "passed": passed,
         "status": status,
         "reason": reason,

@@ -133,6 +133,11 @@ unanswered:
   type: list
   elements: str
   returned: when not in check mode
+in_flight_before:
+  description: The requests the workers held (their scheduler gauges) when the canary began; a failed transfer or
+    bootstrap counted during the request may be theirs.
+  type: int
+  returned: unless in check mode
 """
 
 from ansible.module_utils.basic import AnsibleModule

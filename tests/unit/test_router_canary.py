@@ -253,3 +253,21 @@ def test_module_sends_nothing_in_check_mode(capsys, monkeypatch):
 def test_module_refuses_a_worker_without_its_metrics_url(capsys):
     rc_, out = run_module({"url": ROUTER, "workers": [{"unit": "p"}]}, capsys)
     assert (rc_, out["msg"]) == (1, "workers [0]: each needs a unit and a metrics_url")
+
+
+@pytest.mark.parametrize(
+    ("decode_before", "others"),
+    [
+        ("", 0),  # no sglang gauges: nothing known to be held
+        ("sglang:num_running_reqs 0\nsglang:num_decode_transfer_queue_reqs 0\n", 0),  # idle: failures are this one's
+        ("sglang:num_running_reqs 1\nsglang:num_decode_transfer_queue_reqs 3\n", 4),  # decodes still waiting for KV
+    ],
+)
+def test_the_requests_the_workers_held_when_the_canary_began_are_counted(decode_before, others):
+    """A decode still waiting for the KV of a request cut off earlier gives up later and counts a failed bootstrap,
+    which can fall in the canary's window: the role says such failures rather than fail on them when the workers
+    held requests as the canary began (in_flight_before, from their scheduler gauges)."""
+    failed_after = {**AFTER, DECODE["unit"]: "sglang:num_bootstrap_failed_reqs_total 3"}
+    fake = FakeDeployment([PARIS], ({**BEFORE, DECODE["unit"]: decode_before}, failed_after))
+    result = fake.run()
+    assert (result["passed"], result["report"]["failed"], result["in_flight_before"]) == (True, 3, others)
