@@ -11,7 +11,7 @@ instance at once (one thread each):
      answers /health 503 from the signal on; the simulator mirrors it);
   3. wait: service_health.wait_healthy, polled every `poll` seconds, at most `wait` seconds; the unit failing or
      restarting ends it. A longer wait goes on in the caller's until loop from the restart count returned here;
-  4. healthy: the previous files the rollback would have read are removed (unit_files.write's absent).
+  4. healthy: the previous files the rollback would have read are removed (unit_files.remove).
 
 Returns one result per instance: service_health's keys (healthy, unit_failed, unit_state, reason, body, journal)
 plus unit and url (so a longer wait can pass the result to service_health as its service), item (the plan's entry),
@@ -20,7 +20,6 @@ removed). The fetch, runner, sleep and clock are injected: tests/unit/test_batch
 """
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.disagg.sglang.plugins.module_utils import prom_text, service_health, unit_actions
 
@@ -76,7 +75,4 @@ def restart_all(run, entries, wait, drain_timeout, *, journal, remove=None, fetc
         return restart_one(run, entry, wait, drain_timeout, fetch=fetch, journal=journal, sleep=sleep, clock=clock,
                            poll=poll, remove=remove)  # fmt: skip
 
-    if len(entries) <= 1:
-        return [one(e) for e in entries]
-    with ThreadPoolExecutor(max_workers=len(entries)) as pool:
-        return list(pool.map(one, entries))
+    return service_health.at_once(one, entries)

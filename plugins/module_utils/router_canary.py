@@ -13,7 +13,6 @@ timeout passes.
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.disagg.sglang.plugins.module_utils import service_health
 from ansible_collections.disagg.sglang.plugins.module_utils.prom_text import in_flight, kv_transfer_report
@@ -64,11 +63,7 @@ def read_metrics(workers, *, fetch=fetch_metrics):
         status, text, _error = fetch(worker["metrics_url"])
         return worker["unit"], status, text if status is not None else ""
 
-    if len(workers) <= 1:
-        readings = [one(w) for w in workers]
-    else:
-        with ThreadPoolExecutor(max_workers=len(workers)) as pool:
-            readings = list(pool.map(one, workers))
+    readings = service_health.at_once(one, workers)
     return {unit: text for unit, _status, text in readings}, [unit for unit, status, _text in readings if status != 200]
 
 

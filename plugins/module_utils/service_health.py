@@ -148,7 +148,12 @@ def wait_all(run, services, wait, *, journal, sleep=time.sleep, clock=time.monot
         result["item"] = service.get("item", service)
         return result
 
-    if len(services) <= 1:
-        return [one(s) for s in services]
-    with ThreadPoolExecutor(max_workers=len(services)) as pool:
-        return list(pool.map(one, services))
+    return at_once(one, services)
+
+
+def at_once(one, items):
+    """[one(item) for item in items], one thread per item (none for a single one); results in order."""
+    if len(items) <= 1:
+        return [one(item) for item in items]
+    with ThreadPoolExecutor(max_workers=len(items)) as pool:
+        return list(pool.map(one, items))
