@@ -121,10 +121,17 @@ def test_generate_n2_uses_sampling_params_n(sims):
 
 
 def test_prefill_waits_for_decode_connection_then_bootstrap_timeout(sims):
-    prefill = sims.start("prefill", "--enable-metrics", env={"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "0.5"})
+    prefill = sims.start("prefill", "--enable-metrics", env={"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "1.5"})
     t0 = time.monotonic()
-    status, err = http("POST", prefill.url("/generate"), body_for(prefill, 9))
-    assert status == 500 and 0.4 < time.monotonic() - t0 < 5
+    waiting = in_thread(http, "POST", prefill.url("/generate"), body_for(prefill, 9))
+    time.sleep(0.5)
+    # meanwhile it is in the bootstrap queue, which sglang reports (what a drain and the router canary count)
+    assert gauge(prefill, "sglang:num_prefill_bootstrap_queue_reqs") == 1.0
+    assert gauge(prefill, "sglang:num_bootstrap_failed_reqs_total") == 0.0
+    waiting["thread"].join(10)
+    status, err = waiting["answer"]
+    assert status == 500 and 1.4 < time.monotonic() - t0 < 6
+    assert gauge(prefill, "sglang:num_prefill_bootstrap_queue_reqs") == 0.0
     assert "KVTransferError(bootstrap_room=9)" in err["error"]["message"]
     assert "timed out after" in err["error"]["message"] and "in KVPoll.Bootstrapping" in err["error"]["message"]
     assert gauge(prefill, "sglang:token_usage") == 0.0  # never prefilled: no KV was allocated

@@ -213,7 +213,8 @@ class SimMetrics:
         self.kv_available_tokens.set(s, max(0, capacity - used))
         self.max_total_num_tokens.set(s, capacity)
         if self.role == "prefill":
-            self.prefill_bootstrap_queue.set(s, 0)
+            # sglang/srt/managers/scheduler_components/metrics_reporter.py: len(disagg_prefill_bootstrap_queue.queue)
+            self.prefill_bootstrap_queue.set(s, snap["bootstrapping"])
             self.prefill_inflight_queue.set(s, snap["transferring"])
         elif self.role == "decode":
             self.decode_prealloc_queue.set(s, 0)

@@ -46,6 +46,7 @@ class Engine:
         self.queue: collections.deque = collections.deque()  # tickets waiting for a prefill slot
         self.next_ticket = 0
         self.prefilling = 0
+        self.bootstrapping = 0  # prefill: requests waiting for their decode to connect (the bootstrap queue)
         self.transferring = 0  # prefill: KV transfers in flight (the prefill inflight queue)
         self.awaiting_kv = 0  # decode: requests waiting for their KV (the decode transfer queue)
         self.decoding = 0  # decode batch size
@@ -96,6 +97,10 @@ class Engine:
         finally:
             with self.cond:
                 setattr(self, counter, getattr(self, counter) - 1)
+
+    def bootstrap(self):
+        """Prefill: one request waiting for its decode to connect while the block runs."""
+        return self._counted("bootstrapping")
 
     def transfer(self):
         """Prefill: one KV transfer in flight while the block runs."""
@@ -148,6 +153,7 @@ class Engine:
                 "num_running_reqs": self.prefilling + self.decoding,
                 "prefilling": self.prefilling,
                 "decoding": self.decoding,
+                "bootstrapping": self.bootstrapping,
                 "transferring": self.transferring,
                 "awaiting_kv": self.awaiting_kv,
                 "kv_used_tokens": min(self.kv_used, self.knobs.kv_capacity_tokens),

@@ -213,7 +213,10 @@ class GenerationMixin(HandoffMixin):
         timeout = bootstrap_timeout()
         start = time.time()
         deadline = time.monotonic() + timeout
-        with st.lock:
+        # while it waits the request is in the bootstrap queue, whose length sglang reports as
+        # sglang:num_prefill_bootstrap_queue_reqs (scheduler_components/metrics_reporter.py): a request waiting here
+        # for a decode that never comes is in flight, and its failure is counted only at the timeout
+        with st.engine.bootstrap(), st.lock:
             while True:
                 if all((st.kv.get(r) or {}).get("connected_at") for r in rooms):
                     return

@@ -78,7 +78,8 @@ class InfoMixin(BaseHandler):
         sections = {
             "memory": ("memory", {"weight_gb": 0.0, "kv_cache_gb": 0.0, "graph_gb": 0.0, "token_capacity": capacity}),
             "disagg": ("disaggregation", {
-                "mode": st.role, "prefill_bootstrap_queue_reqs": 0,
+                "mode": st.role,
+                "prefill_bootstrap_queue_reqs": snap["bootstrapping"] if st.role == "prefill" else 0,
                 "prefill_inflight_queue_reqs": snap["transferring"] if st.role == "prefill" else 0,
                 "decode_prealloc_queue_reqs": 0,
                 "decode_transfer_queue_reqs": snap["awaiting_kv"] if st.role == "decode" else 0,
