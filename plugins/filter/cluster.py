@@ -2,7 +2,14 @@
 # Apache License 2.0 (see galaxy.yml)
 """Filters of a deployment over several hosts. Logic: plugins/module_utils/cluster_rules.py, rolling.py."""
 
-from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, rolling, rules, unit_files, units
+from ansible_collections.disagg.sglang.plugins.module_utils.lazy import Lazy
+
+# imported at a filter's first call, not when a template naming one is compiled (module_utils/lazy.py says why)
+cluster_rules = Lazy("cluster_rules")
+rolling = Lazy("rolling")
+rules = Lazy("rules")
+unit_files = Lazy("unit_files")
+units = Lazy("units")
 
 
 def worker_api_key_problems(worker_key, router_key):

@@ -8,8 +8,14 @@ Documentation: one YAML file per filter beside this file. Logic: plugins/module_
 import os
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.disagg.sglang.plugins.module_utils import plan, rules, variables, venvs
-from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
+from ansible_collections.disagg.sglang.plugins.module_utils.lazy import Lazy
+
+# imported at a filter's first call, not when a template naming one is compiled (module_utils/lazy.py says why)
+plan = Lazy("plan")
+rules = Lazy("rules")
+variables = Lazy("variables")
+venvs = Lazy("venvs")
+sf = Lazy("sglang_flags")
 
 
 def host_plan(inputs):

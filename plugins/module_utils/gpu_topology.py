@@ -38,6 +38,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_nvml im
     _nvml_error,
     collect_nvml,
     load_pynvml,
+    venv_pynvml_loader,
 )
 from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_parse import (
     LINK_RE,
@@ -95,7 +96,9 @@ __all__ = [
     "parse_p2p",
     "parse_query_gpu",
     "parse_topo_matrix",
+    "read",
     "strip_ansi",
+    "venv_pynvml_loader",
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -301,3 +304,27 @@ def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_p
         "warnings": warnings,
         "reason": None,
     }
+
+
+def read(sysfs_root="/", nvidia_smi_path=None, nvml_venv=None, source="auto", *, run_command, get_bin_path):
+    """The facts as a module reads them (the gpu_topology and host_look modules share this): nvidia-smi where
+    NVIDIA_SMI_PATH says, else found on PATH or in NVIDIA_SMI_DIRS by GET_BIN_PATH (AnsibleModule.get_bin_path);
+    NVML from the interpreter, else from the site-packages of NVML_VENV (the engine venv) when given; SOURCE as
+    gather's. Returns (facts, error): error names a NVIDIA_SMI_PATH that is not an executable file (facts None).
+    run_command: AnsibleModule.run_command (nvidia-smi runs with LC_ALL=C)."""
+    if nvidia_smi_path is None:
+        nvidia_smi_path = get_bin_path("nvidia-smi", opt_dirs=NVIDIA_SMI_DIRS)
+    elif not (os.path.isfile(nvidia_smi_path) and os.access(nvidia_smi_path, os.X_OK)):
+        return None, f"nvidia_smi_path {nvidia_smi_path} is not an executable file"
+
+    def runner(argv):
+        return run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"})
+
+    facts = gather(
+        sysfs_root=sysfs_root,
+        nvidia_smi_path=nvidia_smi_path,
+        runner=runner,
+        nvml_loader=venv_pynvml_loader(nvml_venv) if nvml_venv else load_pynvml,
+        source=source,
+    )
+    return facts, None

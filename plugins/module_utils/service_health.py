@@ -12,11 +12,6 @@ auto-restart, or has been restarted (NRestarts grew) since the call began.
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.client import HTTPException
-from urllib.error import HTTPError, URLError
-
-from ansible.module_utils.urls import ConnectionError as UrlsConnectionError
-from ansible.module_utils.urls import open_url
 
 BODY_LIMIT = 2000  # characters of the last answer returned to the caller
 READ_LIMIT = 100000  # bytes read from a healthy answer (a /readiness or /health body is far smaller)
@@ -47,6 +42,15 @@ def unit_failed(state, restarts_at_start):
 def fetch(url, timeout=HTTP_TIMEOUT, *, data=None, headers=None, limit=READ_LIMIT):
     """One GET, or a POST of DATA when given: (status, body, error). status is None when nothing answered; error then
     says why. LIMIT: bytes read from a 2xx answer (the router canary reads whole /metrics pages)."""
+    # imported here, not at the top: the HTTP and TLS stack (ansible.module_utils.urls loads cryptography) is most of
+    # this file's import time, and the filters that import it (through rolling.py) load it in every forked worker of
+    # a run, where nothing fetches (issue 24)
+    from http.client import HTTPException  # noqa: PLC0415
+    from urllib.error import HTTPError, URLError  # noqa: PLC0415
+
+    from ansible.module_utils.urls import ConnectionError as UrlsConnectionError  # noqa: PLC0415
+    from ansible.module_utils.urls import open_url  # noqa: PLC0415
+
     method = "GET" if data is None else "POST"
     try:
         with open_url(url, data=data, headers=headers, method=method, timeout=timeout) as resp:

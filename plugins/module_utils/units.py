@@ -11,7 +11,7 @@ import hashlib
 import json
 
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
-from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology import format_cpulist
+from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_parse import format_cpulist
 
 
 def cpu_list(cpus):

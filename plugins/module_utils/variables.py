@@ -103,8 +103,8 @@ VARIABLES = {
     "sglang_deps_wheelhouse": _v(D, "path_or_empty"),
     "sglang_deps_nixl_backend": _v(D, "str"),
     # roles/sglang_topology
-    "sglang_topology_sysfs_root": _v(T, "path"),
-    "sglang_topology_nvidia_smi_path": _v(T, "path_or_empty"),
+    "sglang_topology_sysfs_root": _v(S, "path"),
+    "sglang_topology_nvidia_smi_path": _v(S, "path_or_empty"),
     # roles/sglang_worker
     "sglang_worker_roles": _v(W, "list_of_str", choices=["prefill", "decode"]),
     # roles/sglang_router

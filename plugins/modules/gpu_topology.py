@@ -187,11 +187,8 @@ ansible_facts:
           sample: "no GPU found: nvml: pynvml not importable (...); nvidia-smi: not found on PATH"
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology import NVIDIA_SMI_DIRS, gather
-from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_nvml import load_pynvml, venv_pynvml_loader
+from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology import read
 
 
 def main():
@@ -206,24 +203,16 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-
-    def runner(argv):
-        return module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"})
-
-    path = params["nvidia_smi_path"]
-    if path is None:
-        path = module.get_bin_path("nvidia-smi", opt_dirs=NVIDIA_SMI_DIRS)
-    elif not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        module.fail_json(msg=f"nvidia_smi_path {path} is not an executable file")
-
-    loader = venv_pynvml_loader(params["nvml_venv"]) if params["nvml_venv"] else load_pynvml
-    facts = gather(
-        sysfs_root=params["sysfs_root"],
-        nvidia_smi_path=path,
-        runner=runner,
-        nvml_loader=loader,
-        source=params["source"],
+    facts, error = read(
+        params["sysfs_root"],
+        params["nvidia_smi_path"],
+        params["nvml_venv"],
+        params["source"],
+        run_command=module.run_command,
+        get_bin_path=module.get_bin_path,
     )
+    if error:
+        module.fail_json(msg=error)
     if params["require_gpus"] and not facts["gpus"]:
         module.fail_json(msg=facts["reason"], ansible_facts={"gpu_topology": facts})
     module.exit_json(changed=False, ansible_facts={"gpu_topology": facts})

@@ -38,6 +38,23 @@ options:
     type: list
     elements: path
     default: []
+  topology:
+    description:
+      - Also read the GPU and NUMA topology, as M(disagg.sglang.gpu_topology) reads it (the same code), and return
+        it as the fact C(gpu_topology), so that the preflight of a worker host costs one module run, not two.
+      - Not read when left out.
+    type: dict
+    suboptions:
+      sysfs_root:
+        description: As M(disagg.sglang.gpu_topology)'s O(disagg.sglang.gpu_topology#module:sysfs_root).
+        type: path
+        default: /
+      nvidia_smi_path:
+        description: As M(disagg.sglang.gpu_topology)'s O(disagg.sglang.gpu_topology#module:nvidia_smi_path).
+        type: path
+      nvml_venv:
+        description: As M(disagg.sglang.gpu_topology)'s O(disagg.sglang.gpu_topology#module:nvml_venv).
+        type: path
 author:
   - disagg.sglang maintainers (!UNKNOWN)
 attributes:
@@ -80,10 +97,14 @@ exists:
   description: "C({path: bool}) for each path of O(exists)."
   returned: always
   type: dict
+ansible_facts:
+  description: "C(gpu_topology): the facts M(disagg.sglang.gpu_topology) returns."
+  returned: when O(topology) is given
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils import host_look
+from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology, host_look
 
 
 def main():
@@ -94,12 +115,32 @@ def main():
             "listeners": {"type": "bool", "default": True},
             "bind": {"type": "list", "elements": "str", "default": []},
             "exists": {"type": "list", "elements": "path", "default": []},
+            "topology": {
+                "type": "dict",
+                "options": {
+                    "sysfs_root": {"type": "path", "default": "/"},
+                    "nvidia_smi_path": {"type": "path"},
+                    "nvml_venv": {"type": "path"},
+                },
+            },
         },
         supports_check_mode=True,
     )
     p = module.params
     paths = {str(k): str(v) for k, v in p["paths"].items()}
     found = host_look.look(paths, p["record_dir"], p["listeners"], p["bind"], p["exists"])
+    if p["topology"] is not None:
+        t = p["topology"]
+        facts, error = gpu_topology.read(
+            t["sysfs_root"],
+            t["nvidia_smi_path"],
+            t["nvml_venv"],
+            run_command=module.run_command,
+            get_bin_path=module.get_bin_path,
+        )
+        if error:
+            module.fail_json(msg=error, **found)
+        found["ansible_facts"] = {"gpu_topology": facts}
     module.exit_json(changed=False, **found)
 
 

@@ -13,7 +13,6 @@ from ansible_collections.disagg.sglang.plugins.module_utils import venvs
 REPO = Path(__file__).resolve().parents[2]
 ROLE_FILES = [
     "roles/sglang/defaults/main.yml",
-    "roles/sglang_topology/defaults/main.yml",
     "roles/sglang_deps/defaults/main.yml",
     "roles/sglang_router/defaults/main.yml",
     "roles/sglang_router/vars/main.yml",

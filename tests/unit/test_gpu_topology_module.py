@@ -10,6 +10,7 @@ import pytest
 import topology_fakes as tf
 from ansible.module_utils import testing
 from ansible_collections.disagg.sglang.plugins.modules import gpu_topology as module
+from ansible_collections.disagg.sglang.plugins.modules import host_look as look_module
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "hardware"))
@@ -45,9 +46,9 @@ def host(tmp_path):
     return {"smi": str(smi), "root": root}
 
 
-def run_module(args, capsys):
+def run_module(args, capsys, main=module.main):
     with testing.patch_module_args(args), pytest.raises(SystemExit) as done:
-        module.main()
+        main()
     out = json.loads(capsys.readouterr().out)
     return done.value.code, out
 
@@ -73,7 +74,6 @@ def test_facts(host, capsys, check_mode):
 
 def test_no_gpu_is_not_an_error(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(module, "NVIDIA_SMI_DIRS", [])
     monkeypatch.setattr(module.AnsibleModule, "get_bin_path", lambda self, *a, **k: None)
     monkeypatch.setattr("ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology.NVIDIA_SMI_DIRS", [])
     rc, out = run_module({"source": "nvidia-smi", "sysfs_root": str(tmp_path)}, capsys)
@@ -99,6 +99,25 @@ def test_require_gpus_fails_with_the_reason(tmp_path, capsys):
 def test_bad_nvidia_smi_path(tmp_path, capsys):
     rc, out = run_module({"nvidia_smi_path": str(tmp_path / "missing")}, capsys)
     assert rc == 1 and "is not an executable file" in out["msg"]
+
+
+# site.yml's preflight reads the topology in its one host_look run per host: the same facts, by the same code
+def test_host_look_reads_the_topology_as_the_module_does(host, capsys, tmp_path):
+    args = {"nvidia_smi_path": host["smi"], "sysfs_root": host["root"]}
+    _rc, alone = run_module(dict(args), capsys)
+    rc, out = run_module(
+        {"topology": args, "record_dir": str(tmp_path / "records"), "listeners": False}, capsys, look_module.main
+    )
+    assert rc == 0 and out["changed"] is False and out["records"] == {}
+    assert out["ansible_facts"]["gpu_topology"] == alone["ansible_facts"]["gpu_topology"]
+    assert len(out["ansible_facts"]["gpu_topology"]["gpus"]) == 8
+
+
+def test_host_look_without_topology_sets_no_fact_and_names_a_bad_nvidia_smi_path(tmp_path, capsys):
+    rc, out = run_module({"listeners": False}, capsys, look_module.main)
+    assert rc == 0 and "ansible_facts" not in out
+    rc, out = run_module({"topology": {"nvidia_smi_path": str(tmp_path / "missing")}}, capsys, look_module.main)
+    assert rc == 1 and out["msg"] == f"nvidia_smi_path {tmp_path / 'missing'} is not an executable file"
 
 
 def test_through_ansible(host, tmp_path):

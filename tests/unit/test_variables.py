@@ -68,7 +68,7 @@ def test_every_variable_of_every_role_is_in_the_table_with_its_role():
     assert missing == [], f"variables without a row in plugins/module_utils/variables.py: {missing}"
     extra = sorted(set(vt.VARIABLES) - set(want))
     assert extra == [], f"rows of variables no role has: {extra}"
-    # a variable belongs to the role whose defaults set it (sglang_topology_strict: roles/sglang, though the
+    # a variable belongs to the role whose defaults set it (sglang_topology_*: roles/sglang, though the
     # topology role's spec names it too), else to the role whose argument spec names it (sglang_model_path)
     wrong = {n: (vt.VARIABLES[n]["role"], r) for n, r in want.items() if vt.VARIABLES[n]["role"] != r}
     assert wrong == {}, wrong
