@@ -97,6 +97,7 @@ __all__ = [
     "parse_query_gpu",
     "parse_topo_matrix",
     "read",
+    "read_for",
     "strip_ansi",
     "venv_pynvml_loader",
 ]
@@ -304,6 +305,19 @@ def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_p
         "warnings": warnings,
         "reason": None,
     }
+
+
+def read_for(module, options):
+    """read() as a module calls it: OPTIONS holds sysfs_root, nvidia_smi_path, nvml_venv and optionally source (the
+    gpu_topology module's options, or host_look's topology suboptions); MODULE is the AnsibleModule."""
+    return read(
+        options["sysfs_root"],
+        options["nvidia_smi_path"],
+        options["nvml_venv"],
+        options.get("source") or "auto",
+        run_command=module.run_command,
+        get_bin_path=module.get_bin_path,
+    )
 
 
 def read(sysfs_root="/", nvidia_smi_path=None, nvml_venv=None, source="auto", *, run_command, get_bin_path):

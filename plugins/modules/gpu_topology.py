@@ -188,7 +188,7 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology import read
+from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology import read_for
 
 
 def main():
@@ -203,14 +203,7 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    facts, error = read(
-        params["sysfs_root"],
-        params["nvidia_smi_path"],
-        params["nvml_venv"],
-        params["source"],
-        run_command=module.run_command,
-        get_bin_path=module.get_bin_path,
-    )
+    facts, error = read_for(module, params)
     if error:
         module.fail_json(msg=error)
     if params["require_gpus"] and not facts["gpus"]:

@@ -130,14 +130,7 @@ def main():
     paths = {str(k): str(v) for k, v in p["paths"].items()}
     found = host_look.look(paths, p["record_dir"], p["listeners"], p["bind"], p["exists"])
     if p["topology"] is not None:
-        t = p["topology"]
-        facts, error = gpu_topology.read(
-            t["sysfs_root"],
-            t["nvidia_smi_path"],
-            t["nvml_venv"],
-            run_command=module.run_command,
-            get_bin_path=module.get_bin_path,
-        )
+        facts, error = gpu_topology.read_for(module, p["topology"])
         if error:
             module.fail_json(msg=error, **found)
         found["ansible_facts"] = {"gpu_topology": facts}
