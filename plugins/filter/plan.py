@@ -76,6 +76,11 @@ def deps_problems(packages, packages_nodeps, wheelhouse="", module=None, router_
     return problems
 
 
+def no_gpu_problems(facts, host):
+    """The message when a worker host shows no GPU (see rules.no_gpu_problems)."""
+    return rules.no_gpu_problems(facts, host)
+
+
 def router_packages_problems(router_packages, impl):
     """A router package list that lacks the router IMPL (sglang_router_impl) runs, or holds the other one
     (rules.router_packages_problems)."""
@@ -175,6 +180,7 @@ class FilterModule:
             "profile_file": profile_file,
             "deps_problems": deps_problems,
             "router_packages_problems": router_packages_problems,
+            "no_gpu_problems": no_gpu_problems,
             "venv_paths": venv_paths,
             "legacy_problems": legacy_problems,
             "venvs_to_remove": venvs_to_remove,

@@ -376,6 +376,18 @@ def empty_role_warnings(host, role, instances):
     return []
 
 
+def no_gpu_problems(facts, host):
+    """A worker host must show GPUs: FACTS are its gpu_topology facts (the topology role's module, or host_look in
+    site.yml's preflight), HOST its inventory name. [] when it shows some."""
+    facts = facts if isinstance(facts, dict) else {}
+    if facts.get("gpus"):
+        return []
+    return [
+        f"{host} shows no GPU ({facts.get('reason') or 'no reason given'}). Check the driver (nvidia-smi), or set "
+        "sglang_topology_nvidia_smi_path"
+    ]
+
+
 def retire_problems(retired, totals, retire_roles):
     """Refuses a run that would retire every instance of a role (the deployment would stop serving) unless
     sglang_retire_roles names the role. retired: the records to retire, of every host; totals: planned instances per

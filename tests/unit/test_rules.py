@@ -89,8 +89,7 @@ def preflight(
         return lambda: vt.variable_problems(role, {n: v(n) for n in vt.names(role) if n in variables})
 
     worker_roles = v("_sglang_worker_roles")
-    stages = [table("sglang_topology")] if worker_roles else []
-    stages.append(table("sglang_deps"))
+    stages = [table("sglang_deps")]
     stages.append(lambda: F["deps_problems"](v("sglang_deps_packages"), v("sglang_deps_packages_nodeps"),
                                              v("sglang_deps_wheelhouse"), v("sglang_server_module"),
                                              v("sglang_deps_router_packages")))  # fmt: skip
@@ -195,7 +194,29 @@ RULES_TESTED_ELSEWHERE = {
     "cluster_rules.deployment_bind_problems": "each worker host's look (host_look's bind) read once by the router's "
     "plan: tests/unit/test_host_look.py",
     "rules.retire_problems": "deployment-wide, on the records the hosts hold: tests/unit/test_cluster_rules.py",
+    "rules.no_gpu_problems": "the topology facts, not the inventory: "
+    "test_a_worker_host_showing_no_gpu_is_named_with_why",
 }
+
+
+@pytest.mark.parametrize(
+    ("facts", "expect"),
+    [
+        ({"gpus": [{"index": 0}], "reason": None}, []),
+        (
+            {"gpus": [], "reason": "no GPU found: nvidia-smi: not found on PATH"},
+            ["gpu-1 shows no GPU (no GPU found: nvidia-smi: not found on PATH). Check the driver (nvidia-smi), or set "
+             "sglang_topology_nvidia_smi_path"],
+        ),
+        ({"gpus": []}, ["gpu-1 shows no GPU (no reason given). Check the driver (nvidia-smi), or set "
+                        "sglang_topology_nvidia_smi_path"]),
+        (None, ["gpu-1 shows no GPU (no reason given). Check the driver (nvidia-smi), or set "
+                "sglang_topology_nvidia_smi_path"]),
+    ],
+)  # fmt: skip
+def test_a_worker_host_showing_no_gpu_is_named_with_why(facts, expect):
+    """The topology role's assert and site.yml's preflight (plan.yml) both say it through this one rule."""
+    assert F["no_gpu_problems"](facts, "gpu-1") == expect
 
 
 def _rules():
