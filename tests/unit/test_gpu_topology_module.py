@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import topology_fakes as tf
 from ansible.module_utils import testing
+from ansible_collections.disagg.sglang.plugins.module_utils import plan
 from ansible_collections.disagg.sglang.plugins.modules import gpu_topology as module
 from ansible_collections.disagg.sglang.plugins.modules import host_look as look_module
 
@@ -139,3 +140,77 @@ def test_through_ansible(host, tmp_path):
     assert result["changed"] is False and len(facts["gpus"]) == 8
     assert facts["sources"]["gpus"] == ["nvidia-smi"]
     assert facts["sources"]["skipped"][0].startswith("nvml: ")  # no NVML on the test machine
+
+
+# The preflight's one task per host, disagg.sglang.host_plan (an action plugin: the look on the host, the plan on the
+# controller), through `ansible` itself: what it plans is the filter host_plan's plan of what its look read, and a
+# host that shows no GPU, or a look that fails, fails the task with the message the preflight shows.
+def plan_through_ansible(tmp_path, topology, problems=(), paths=None):
+    from inventory_vars import host_vars  # noqa: PLC0415 (the sandbox inventory's variables, templated)
+
+    _templar, _variables, v = host_vars()
+    inputs = {
+        "host": "pytest-badinv-1",
+        "roles": v("_sglang_worker_roles"),
+        "settings": v("_sglang_settings"),
+        "secrets": v("_sglang_secrets"),
+        "variables": v("_sglang_user_vars"),
+        "conflicting_units": v("sglang_conflicting_units"),
+        "strict": v("sglang_topology_strict"),
+        "kv_p2p_policy": v("sglang_kv_p2p_policy"),
+        "profile": {},
+        "profile_name": "none",
+    }
+    look = {"paths": paths or {}, "record_dir": str(tmp_path / "records"), "listeners": False, "topology": topology}
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"), LC_ALL="C.UTF-8")  # fmt: skip
+    ansible = Path(sys.executable).with_name("ansible")
+    args = json.dumps({"look": look, "plan": inputs, "problems": list(problems)})
+    proc, status, result = adhoc([str(ansible)], "disagg.sglang.host_plan", [args], env=env, cwd=REPO, timeout=120)
+    assert result is not None, proc.stdout + proc.stderr
+    facts = (result.get("ansible_facts") or {}).get("gpu_topology")
+    expect = plan.host_plan({**inputs, "topology": facts, "host_paths": result.get("paths"),
+                             "listeners": result.get("listeners"), "deployed": result.get("records")})  # fmt: skip
+    return expect, status, result
+
+
+def test_host_plan_plans_what_the_filter_plans_on_what_the_look_read(host, tmp_path):
+    expect, status, result = plan_through_ansible(
+        tmp_path, {"nvidia_smi_path": host["smi"], "sysfs_root": host["root"]}
+    )
+    assert status == "localhost | SUCCESS" and result["changed"] is False and result["records"] == {}
+    assert len(result["ansible_facts"]["gpu_topology"]["gpus"]) == 8
+    # the sandbox inventory's prefill and decode on the fake 8-GPU box
+    assert result["plan"] == expect and [u["role"] for u in expect["units"]] == ["prefill", "decode"]
+    assert result["lines"] == expect["warnings"] + plan.placement_lines(expect["units"])
+    assert result["lines"][-1].startswith("sglang-decode") and "GPUs " in result["lines"][-1]
+
+
+def test_host_plan_fails_with_the_plans_own_messages(host, tmp_path):
+    missing = str(tmp_path / "no-model")
+    expect, status, result = plan_through_ansible(
+        tmp_path,
+        {"nvidia_smi_path": host["smi"], "sysfs_root": host["root"]},
+        paths={"sglang_model_path": missing},
+    )
+    assert status.endswith("FAILED!") and expect["problems"] and expect["units"] == []
+    assert result["msg"] == ". ".join(expect["problems"]) + "." and missing in result["msg"]
+
+
+def test_host_plan_fails_naming_a_host_that_shows_no_gpu_then_the_other_problems(tmp_path):
+    _inputs, status, result = plan_through_ansible(
+        tmp_path, {"nvidia_smi_path": "/bin/false", "sysfs_root": str(tmp_path)}, problems=["the profile is bad"]
+    )
+    assert status.endswith("FAILED!")
+    assert result["msg"].startswith("pytest-badinv-1 shows no GPU (")
+    assert "set sglang_topology_nvidia_smi_path. the profile is bad. " in result["msg"]
+    assert result["ansible_facts"]["gpu_topology"]["gpus"] == []
+
+
+def test_host_plan_fails_with_the_looks_own_message(tmp_path):
+    _inputs, status, result = plan_through_ansible(tmp_path, {"nvidia_smi_path": str(tmp_path / "missing")})
+    assert (
+        status.endswith("FAILED!")
+        and result["msg"] == f"nvidia_smi_path {tmp_path / 'missing'} is not an executable file"
+    )
+    assert "plan" not in result

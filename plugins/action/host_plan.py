@@ -1,0 +1,60 @@
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The plan of one host in one task (documentation: plugins/modules/host_plan.py).
+
+On the host: one run of the module disagg.sglang.host_look. On the controller: plan.host_plan on what it read, and
+the host's rules (rules.no_gpu_problems where the look read the topology). The preflight runs this once per host;
+three tasks (look, plan, assert) would each cost the host a forked worker, which 256 hosts pay 256 times."""
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.disagg.sglang.plugins.module_utils import plan, rules
+
+# what host_look returns, returned as it returns it (the preflight registers it: the router's plan and the
+# deployment's venv check read it)
+LOOK_KEYS = ("paths", "records", "listeners", "bind", "exists")
+ARGUMENT_SPEC = {
+    "look": {"type": "dict", "required": True},
+    "plan": {"type": "dict", "required": True},
+    "problems": {"type": "list", "elements": "str", "default": []},
+}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        _spec, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        look = self._execute_module(
+            module_name="disagg.sglang.host_look", module_args=dict(args["look"]), task_vars=task_vars
+        )
+        if look.get("failed"):
+            return {**result, **look}
+        read_topology = args["look"].get("topology") is not None
+        facts = look.get("ansible_facts") or {}
+        inputs = dict(args["plan"])
+        inputs.update(host_paths=look.get("paths") or {}, listeners=look.get("listeners") or {},
+                      deployed=look.get("records") or {})  # fmt: skip
+        if read_topology:
+            inputs["topology"] = facts.get("gpu_topology")
+        if not inputs.get("host"):
+            raise AnsibleActionFail("plan.host is required (the inventory hostname)")
+        planned = plan.host_plan(inputs)
+        no_gpu = rules.no_gpu_problems(inputs["topology"], inputs["host"]) if read_topology else []
+        problems = no_gpu + list(args["problems"]) + list(planned["problems"])
+        result.update({key: look.get(key) for key in LOOK_KEYS})
+        result["changed"] = False
+        result["plan"] = planned
+        # the topology role's warnings where this run read the topology here, the plan's, and the placement
+        result["lines"] = (
+            ((facts.get("gpu_topology") or {}).get("warnings") or [] if read_topology else [])
+            + list(planned["warnings"])
+            + plan.placement_lines(planned["units"])
+        )
+        if facts:
+            result["ansible_facts"] = facts
+        if problems:
+            result.update(failed=True, msg=". ".join(problems) + ".")
+        return result
