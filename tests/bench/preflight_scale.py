@@ -13,6 +13,11 @@ parser venv (.cache/sglang-parser-venv, tests/sglang_parser/build_venv.sh) and t
 venv (sglang-router 0.3.2). Without the parser venv it measures the first-install path ("flags not checked") and
 says so. The parsers' verdicts are cached (sglang_cli_cache_dir): the first run fills the cache, as a first real run
 does; later runs read it. Each host gets its own loopback advertise address (127.1.X.Y) and ports.
+
+Beside each size it prints a floor: the same inventory, one play of one task per host that runs the cheapest module
+there is (ansible.builtin.ping), with the same ansible.cfg (forks). Every host here is a local connection, so every
+host's module runs on the controller's own cores; a preflight that runs one Python module per host (the look: paths,
+listeners, records, topology) cannot take less than this on this machine. --no-floor leaves it out.
 """
 
 import argparse
@@ -120,8 +125,17 @@ def write_inventory(root, hosts, box):
     return inv, checked
 
 
-def preflight(inv, box, env_extra):
-    """Wall seconds of one run of playbooks/preflight.yml; exits with its output when it fails."""
+FLOOR_PLAYBOOK = """- name: One module run per host, the cheapest there is
+  hosts: prefill:decode:router
+  gather_facts: false
+  tasks:
+    - name: Ping
+      ansible.builtin.ping:
+"""
+
+
+def preflight(inv, box, env_extra, playbook="playbooks/preflight.yml"):
+    """Wall seconds of one run of PLAYBOOK (the preflight); exits with its output when it fails."""
     env = {
         **os.environ,
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
@@ -130,7 +144,7 @@ def preflight(inv, box, env_extra):
     }
     started = time.monotonic()
     proc = subprocess.run(
-        [str(VENV / "bin" / "ansible-playbook"), "-i", str(inv), "playbooks/preflight.yml"],
+        [str(VENV / "bin" / "ansible-playbook"), "-i", str(inv), playbook],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -151,6 +165,7 @@ def main():
     parser.add_argument("--sizes", default="1,16,64,256", help="worker host counts, comma separated")
     parser.add_argument("--runs", type=int, default=3, help="runs per size (the median is printed)")
     parser.add_argument("--keep", action="store_true", help="keep the temp inventories (printed)")
+    parser.add_argument("--no-floor", action="store_true", help="leave out the one-ping-per-host floor")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     # not under /tmp: the rules refuse paths the hardened units cannot see (ProtectHome, PrivateTmp)
@@ -175,6 +190,15 @@ def main():
             runs = ", ".join(f"{t:.1f}" for t in times)
             print(f"{size:4d} worker hosts + 1 router: {medians[size]:6.1f} s median of {args.runs} ({runs}); {how}",
                   flush=True)  # fmt: skip
+            if not args.no_floor:
+                floor = tmp / "floor.yml"
+                floor.write_text(FLOOR_PLAYBOOK)
+                seconds, _unchecked = preflight(inv, box, {}, str(floor))
+                print(
+                    f"     floor, one ansible.builtin.ping per host (local connections, the controller's cores): "
+                    f"{seconds:6.1f} s; the preflight beyond it {medians[size] - seconds:6.1f} s",
+                    flush=True,
+                )
         if 16 in medians and 256 in medians:
             print(f"ratio 256/16: {medians[256] / medians[16]:.1f}")
     finally:
