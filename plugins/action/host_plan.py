@@ -22,11 +22,12 @@ ARGUMENT_SPEC = {
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _requires_connection = True
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         _spec, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        if not args["plan"].get("host"):
+            raise AnsibleActionFail("plan.host is required (the inventory hostname)")
         look = self._execute_module(
             module_name="disagg.sglang.host_look", module_args=dict(args["look"]), task_vars=task_vars
         )
@@ -39,8 +40,6 @@ class ActionModule(ActionBase):
                       deployed=look.get("records") or {})  # fmt: skip
         if read_topology:
             inputs["topology"] = facts.get("gpu_topology")
-        if not inputs.get("host"):
-            raise AnsibleActionFail("plan.host is required (the inventory hostname)")
         planned = plan.host_plan(inputs)
         no_gpu = rules.no_gpu_problems(inputs["topology"], inputs["host"]) if read_topology else []
         problems = no_gpu + list(args["problems"]) + list(planned["problems"])

@@ -174,6 +174,8 @@ def main():
     try:
         box = tmp / "box"
         fakegpu.render(box, "bench", fakegpu.DEFAULT_TOPOLOGY)
+        floor = tmp / "floor.yml"
+        floor.write_text(FLOOR_PLAYBOOK)
         medians = {}
         for size in sizes:
             inv, checked = write_inventory(tmp / f"n{size}", size, box)
@@ -191,8 +193,6 @@ def main():
             print(f"{size:4d} worker hosts + 1 router: {medians[size]:6.1f} s median of {args.runs} ({runs}); {how}",
                   flush=True)  # fmt: skip
             if not args.no_floor:
-                floor = tmp / "floor.yml"
-                floor.write_text(FLOOR_PLAYBOOK)
                 seconds, _unchecked = preflight(inv, box, {}, str(floor))
                 print(
                     f"     floor, one ansible.builtin.ping per host (local connections, the controller's cores): "
