@@ -3,10 +3,13 @@
 """What the deps role finds on a host before it builds anything, in one call (issue 24: a run that changes nothing
 asks pip nothing). Pure functions over an injected command runner and file reader; tests/unit/test_deps_state.py.
 
-    venv_state(venv, run, read)     {python, whole, problems}: a planned venv is whole when its Python runs, its
-                                    stamp is this run's and every requirement of its lists is installed at a
-                                    version the list allows - with the dependencies of the packages pip installs
-                                    with dependencies, as pip's resolver would ask for them
+    venv_state(venv, run, read, exists, untouched)
+                                    {python, whole, checked, problems}: a planned venv is whole when its Python
+                                    runs, its stamp is this run's and every requirement of its lists is installed
+                                    at a version the list allows - with the dependencies of the packages pip
+                                    installs with dependencies, as pip's resolver would ask for them; or, without
+                                    running it, when its stamp is this run's and its site-packages did not change
+                                    since the stamp was written (untouched_since_stamp)
     os_missing(packages, run)       the OS packages not installed (dpkg, else rpm), None when neither can tell
     in_use(records)                 the pythons the deployed units run (their records' python; each names a venv)
     account_drift(account)          what differs between the service account and its state directory and what
@@ -21,6 +24,7 @@ import grp
 import json
 import os
 import pwd
+import re
 import stat
 
 from ansible_collections.disagg.sglang.plugins.module_utils.venvs import STAMP
@@ -84,13 +88,40 @@ def stamp_of(venv, key):
     return (venv.get("stamp") or {}).get(key) or []
 
 
-def venv_state(venv, run, read, exists):
-    """{python, whole, problems} of a planned venv {path, stamp}; the stamp names its lists (packages, nodeps).
-    run(argv) -> (rc, out, err); read(path) -> text, or None when the file cannot be read; exists(path) -> bool."""
+def untouched_since_stamp(path, *, stat=os.stat, realpath=os.path.realpath):
+    """Whether nothing was installed into or removed from the venv at PATH since its stamp was written: the
+    site-packages directory of the Python its bin/python resolves to (lib/pythonX.Y/site-packages) is older than
+    the stamp file. pip adds and removes a distribution's directories there (an uninstall, an upgrade, a
+    directory removed by hand all change its mtime); the stamp is written after pip and the verification. False
+    whenever it cannot tell: no stamp, a Python whose file name has no version, the site-packages of another
+    Python than the one the venv was made with (a distribution upgrade of python3), an mtime not older."""
+    match = re.search(r"python(\d+\.\d+)$", realpath(f"{path}/bin/python"))
+    if not match:
+        return False
+    try:
+        site = stat(f"{path}/lib/python{match.group(1)}/site-packages").st_mtime_ns
+        return site < stat(f"{path}/{STAMP}").st_mtime_ns
+    except OSError:
+        return False
+
+
+def venv_state(venv, run, read, exists, untouched=None):
+    """{python, whole, checked, problems} of a planned venv {path, stamp}; the stamp names its lists (packages,
+    nodeps). run(argv) -> (rc, out, err); read(path) -> text, or None when the file cannot be read; exists(path)
+    -> bool; untouched(path) -> bool (untouched_since_stamp): a venv stamped for this run's set whose site-packages
+    did not change since is whole without its distribution check (checked False: no interpreter runs; on a venv
+    of a few hundred distributions the check costs about a second per venv and run)."""
     path = str(venv["path"]).rstrip("/")
     python = f"{path}/bin/python"
     if not exists(python):
-        return {"python": False, "whole": False, "problems": ["it does not exist"]}
+        return {"python": False, "whole": False, "checked": False, "problems": ["it does not exist"]}
+    stamp = read(f"{path}/{STAMP}")
+    try:
+        stamped = json.loads(stamp) if stamp is not None else None
+    except ValueError:
+        stamped = None
+    if stamped == venv.get("stamp") and untouched is not None and untouched(path):
+        return {"python": True, "whole": True, "checked": False, "problems": []}
     wanted = requirements(stamp_of(venv, "packages"), stamp_of(venv, "nodeps"))
     rc, out, err = run([python, "-c", SATISFIED_SCRIPT, json.dumps(wanted)])
     try:
@@ -100,15 +131,10 @@ def venv_state(venv, run, read, exists):
     if problems is None:
         last = ((err or out or "").strip().splitlines() or [f"rc {rc}"])[-1]
         problems = [f"its distribution check did not run ({last})"]
-    stamp = read(f"{path}/{STAMP}")
-    try:
-        stamped = json.loads(stamp) if stamp is not None else None
-    except ValueError:
-        stamped = None
     if stamped != venv.get("stamp"):
         problems.append(f"it has no {STAMP} (never verified)" if stamp is None
                         else f"its {STAMP} names another package set (not verified as it is)")  # fmt: skip
-    return {"python": True, "whole": not problems, "problems": problems}
+    return {"python": True, "whole": not problems, "checked": True, "problems": problems}
 
 
 def os_missing(packages, run):

@@ -70,10 +70,13 @@ EXAMPLES = r"""
 
 RETURN = r"""
 venvs:
-  description: Per planned venv path, C({python, whole, problems}).
+  description:
+    - Per planned venv path, C({python, whole, checked, problems}).
+    - C(checked) says whether the distribution check ran in the venv's Python. It does not where the venv's stamp
+      is this run's and its site-packages did not change since the stamp was written.
   type: dict
   returned: always
-  sample: {"/opt/sglang/venvs/router-0123456789ab": {"python": true, "whole": false,
+  sample: {"/opt/sglang/venvs/router-0123456789ab": {"python": true, "whole": false, "checked": true,
            "problems": ["sglang-router is not installed"]}}
 os_missing:
   description: The OS packages not installed; null when neither dpkg nor rpm could tell.
@@ -132,7 +135,8 @@ def main():
             return 127, "", f"{argv[0]}: not found"
         return module.run_command(argv, environ_update={"LC_ALL": "C"})
 
-    states = {v["path"]: deps_state.venv_state(v, run, read, os.path.exists) for v in params["venvs"]}
+    states = {v["path"]: deps_state.venv_state(v, run, read, os.path.exists, deps_state.untouched_since_stamp)
+              for v in params["venvs"]}  # fmt: skip
     stamps = [{"path": p, "mtime": os.stat(p).st_mtime}
               for p in sorted(glob.glob(os.path.join(params["venvs_dir"], "*", venvs.STAMP)))]  # fmt: skip
     records = {}

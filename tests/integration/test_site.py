@@ -7,6 +7,7 @@ stays bare, for rendering inventories/rtxpro6000-8x in check mode onto a host th
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -111,13 +112,35 @@ def test_a_unit_file_edited_by_hand_is_repaired_by_the_next_run(sandbox):
     assert recap(again)["changed"] == 0, again[-3000:]
 
 
+# Per venv on the host: whether its site-packages (of the Python bin/python resolves to) is older than its stamp,
+# the condition under which deps_state calls a stamped venv whole without running its distribution check.
+UNTOUCHED_SCRIPT = r"""
+import glob, json, os, re
+out = {}
+for venv in sorted(glob.glob("/opt/sglang/venvs/*")):
+    version = re.search(r"python(\d+\.\d+)$", os.path.realpath(venv + "/bin/python")).group(1)
+    site = os.stat(f"{venv}/lib/python{version}/site-packages").st_mtime_ns
+    out[venv.rsplit("/", 1)[1]] = site < os.stat(venv + "/disagg-venv.json").st_mtime_ns
+print(json.dumps(out))
+"""
+
+
+def untouched_since_stamp(sandbox):
+    return json.loads(on_host(sandbox, f"python3 -c {shlex.quote(UNTOUCHED_SCRIPT)}"))
+
+
 def test_a_package_removed_by_hand_from_the_engine_venv_is_put_back_by_the_next_run(sandbox):
     """Drift: a package of sglang_deps_packages uninstalled from the engine venv by hand (the no-op run asks pip
-    nothing: deps_state reads the venv's distributions) is named and installed again by the next run."""
+    nothing and runs no interpreter in a venv whose site-packages did not change since its stamp: deps_state) is
+    named and installed again by the next run, which dates the stamp again so the runs after it stay quick."""
     engine = on_host(sandbox, "ls -d /opt/sglang/venvs/engine-*").split()
     assert len(engine) == 1, engine
+    name = engine[0].rsplit("/", 1)[1]
+    untouched = untouched_since_stamp(sandbox)
+    assert untouched.get(name) is True and all(untouched.values()), untouched
     python = f"{engine[0]}/bin/python"
     on_host(sandbox, f"{python} -m pip uninstall -q -y numpy")
+    assert untouched_since_stamp(sandbox)[name] is False, "pip uninstall left the site-packages' mtime as it was"
     assert "No module named" in run(["ssh", "-F", sandbox["ssh_config"], HOST, f"{python} -c 'import numpy'"],
                                     check=False).stderr  # fmt: skip
     out = playbook(sandbox).stdout
@@ -128,6 +151,8 @@ def test_a_package_removed_by_hand_from_the_engine_venv_is_put_back_by_the_next_
     again = playbook(sandbox).stdout
     assert recap(again)["changed"] == 0, again[-3000:]
     assert "Say why a venv is built or repaired" not in again
+    untouched = untouched_since_stamp(sandbox)
+    assert all(untouched.values()), f"a repaired venv's stamp is older than its site-packages: {untouched}"
 
 
 def test_a_state_directory_changed_by_hand_is_put_back_and_only_then_the_account_steps_run(sandbox):

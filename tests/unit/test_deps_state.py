@@ -101,9 +101,101 @@ def test_a_venv_is_whole_only_when_checked_and_stamped_for_this_run(run, files, 
 
 def test_a_venv_without_python_does_not_exist_and_nothing_runs_in_it():
     run = fake_run()
-    state = deps_state.venv_state(VENV, run, {}.get, lambda path: False)
-    assert state == {"python": False, "whole": False, "problems": ["it does not exist"]}
+    state = deps_state.venv_state(VENV, run, {}.get, lambda path: False, lambda path: True)
+    assert state == {"python": False, "whole": False, "checked": False, "problems": ["it does not exist"]}
     assert run.calls == []
+
+
+# The fast path of a no-op run: a venv stamped for this run's set whose site-packages did not change since is whole
+# without an interpreter; anything else runs the check as before (a stamp of another set, a changed site-packages).
+@pytest.mark.parametrize(
+    ("stamp", "untouched", "out", "expected"),
+    [
+        (STAMP, True, '{"problems": ["never asked"]}', (True, False, [])),
+        (STAMP, False, '{"problems": ["disagg-dep is not installed"]}', (False, True, ["disagg-dep is not installed"])),
+        (STAMP, False, '{"problems": []}', (True, True, [])),
+        ({**STAMP, "packages": []}, True, '{"problems": []}',
+         (False, True, ["its disagg-venv.json names another package set (not verified as it is)"])),
+        (None, True, '{"problems": []}', (False, True, ["it has no disagg-venv.json (never verified)"])),
+    ],
+)  # fmt: skip
+def test_a_venv_untouched_since_its_stamp_is_whole_without_its_check(stamp, untouched, out, expected):
+    """EXPECTED: (whole, checked, problems)."""
+    whole, checked, problems = expected
+    run = fake_run(out=out)
+    files = {"/v/engine-abc/disagg-venv.json": json.dumps(stamp)} if stamp else {}
+    asked = []
+
+    def untouched_since(path):
+        asked.append(path)
+        return untouched
+
+    state = deps_state.venv_state(VENV, run, files.get, lambda path: True, untouched_since)
+    assert state == {"python": True, "whole": whole, "checked": checked, "problems": problems}
+    assert len(run.calls) == (1 if checked else 0)
+    assert asked == (["/v/engine-abc"] if stamp == STAMP else [])
+
+
+def make_venv(root, python="python3.11", versions=("3.11",)):
+    """A venv's shape under ROOT: bin/python linked to a file named PYTHON, lib/pythonX.Y/site-packages for each
+    of VERSIONS, and a stamp."""
+    (root / "bin").mkdir(parents=True)
+    (root / python).write_text("")
+    (root / "bin" / "python").symlink_to(root / python)
+    for version in versions:
+        (root / "lib" / f"python{version}" / "site-packages").mkdir(parents=True)
+    (root / deps_state.STAMP).write_text("{}")
+    return root
+
+
+def age(path, seconds):
+    """Sets PATH's mtime to SECONDS (since the epoch)."""
+    os.utime(path, ns=(seconds * 10**9, seconds * 10**9))
+
+
+@pytest.mark.parametrize(
+    ("case", "site_time", "stamp_time", "expected"),
+    [
+        ("site-packages older than the stamp", 1000, 2000, True),
+        ("a distribution added or removed after the stamp", 3000, 2000, False),
+        ("the same time (a coarse clock cannot tell the order)", 2000, 2000, False),
+    ],
+)
+def test_untouched_since_stamp_compares_the_site_packages_with_the_stamp(tmp_path, case, site_time, stamp_time,
+                                                                         expected):  # fmt: skip
+    venv = make_venv(tmp_path / "engine-abc")
+    age(venv / "lib" / "python3.11" / "site-packages", site_time)
+    age(venv / deps_state.STAMP, stamp_time)
+    assert deps_state.untouched_since_stamp(str(venv)) is expected, case
+
+
+def test_untouched_since_stamp_reads_the_site_packages_of_the_python_the_venv_runs(tmp_path):
+    # python3 upgraded under the venv: bin/python now resolves to 3.12, whose site-packages the venv does not have
+    venv = make_venv(tmp_path / "moved", python="python3.12", versions=("3.11",))
+    age(venv / "lib" / "python3.11" / "site-packages", 1000)
+    assert deps_state.untouched_since_stamp(str(venv)) is False
+    # a Python whose file name has no version: it cannot tell
+    plain = make_venv(tmp_path / "plain", python="python")
+    age(plain / "lib" / "python3.11" / "site-packages", 1000)
+    assert deps_state.untouched_since_stamp(str(plain)) is False
+    # no stamp
+    gone = make_venv(tmp_path / "gone")
+    age(gone / "lib" / "python3.11" / "site-packages", 1000)
+    (gone / deps_state.STAMP).unlink()
+    assert deps_state.untouched_since_stamp(str(gone)) is False
+
+
+def test_an_uninstall_makes_the_venv_touched(tmp_path):
+    venv = make_venv(tmp_path / "engine-abc")
+    site = venv / "lib" / "python3.11" / "site-packages"
+    make_dist(site, "disagg-dep", "2.1")
+    age(site, 1000)
+    age(venv / deps_state.STAMP, 2000)
+    assert deps_state.untouched_since_stamp(str(venv)) is True
+    for path in sorted((site / "disagg_dep-2.1.dist-info").iterdir()):
+        path.unlink()
+    (site / "disagg_dep-2.1.dist-info").rmdir()  # what pip uninstall removes: the mtime is now's
+    assert deps_state.untouched_since_stamp(str(venv)) is False
 
 
 @pytest.mark.parametrize(
