@@ -8,6 +8,9 @@ P2  no-op converge of one host (sandbox bench-speed, the one-host sandbox invent
     Per run: the wall time of `ansible-playbook -i INV site.yml`, and from its PLAY RECAP the tasks that reached the
     host: ok (Ansible's ok counts the changed ones too) and, apart, skipped; of the ok, how many ran a module on a
     host rather than on the controller only (set_fact, debug, assert, ...: from the bench_timing callback).
+    Then the floor of that shape: the same host, one play of one ansible.builtin.ping per task that ran a module and
+    one ansible.builtin.set_fact per other task the last no-op run started (median of RUNS), plus the 1 s that
+    sglang's /health takes at least; what the run takes beyond it is the collection's own cost.
 P6  rolling overhead per batch (sandbox bench-roll, one host: prefill0 TP4, decode0 and decode1 TP2 each, the router).
     Per run, decode1 alone gets a changed environment variable (its instance's env BENCH_ROLL), so exactly one batch
     rolls. Measured: (a) the playbook's wall time, split into before / the rolling step (rolling.yml and the files it
@@ -60,7 +63,8 @@ RECAP = re.compile(
 RECAP_KEYS = ("ok", "changed", "unreachable", "failed", "skipped", "rescued", "ignored")
 # Actions that run on the controller only: their ok results never reached a host.
 CONTROLLER_ACTIONS = {"set_fact", "debug", "assert", "fail", "meta", "add_host", "group_by", "include_vars",
-                      "include_tasks", "include_role", "import_tasks", "import_role", "set_stats"}  # fmt: skip
+                      "include_tasks", "include_role", "import_tasks", "import_role", "set_stats",
+                      "validate_argument_spec"}  # fmt: skip
 # The rolling step: rolling.yml and the files it includes (rolling_restart.yml, rolling_batch.yml, ...); one batch:
 # rolling_batch.yml.
 ROLLING = re.compile(r"roles/sglang_worker/tasks/rolling[^/]*\.yml$")
@@ -227,14 +231,41 @@ def figure_p2(args, tmp):
             f"  no-op run {index + 1}: {playbook.seconds:.1f} s, ok={counts['ok']} (tasks that reached the host; "
             f"{len(remote)} of them ran a module on a host), changed=0, skipped={counts['skipped']}"
         )
+    floor = p2_floor(inventory, playbook, args.runs, tmp)
     if not args.keep:
         teardown(SPEED)
     seconds, ok, skipped, remote = (median(column) for column in zip(*rows, strict=True))
     return [
         f"P2 no-op converge, one host, median of {args.runs}: {seconds:.1f} s wall; tasks that reached the host "
         f"(recap ok, changed included) {ok:g}, of which {remote:g} ran a module on a host (not set_fact/debug/"
-        f"assert/include); changed 0; skipped {skipped:g}"
+        f"assert/include/argument spec); changed 0; skipped {skipped:g}",
+        f"   floor of the same shape on the same host, median of {args.runs}: {floor['seconds']:.1f} s "
+        f"({floor['modules']} ansible.builtin.ping + {floor['others']} ansible.builtin.set_fact, one per task the "
+        f"no-op run started); with sglang's /health (>= 1 s: http_server.py health_generate sleeps 1 s before it "
+        f"looks) {floor['seconds'] + 1:.1f} s; the no-op run beyond it {seconds - floor['seconds'] - 1:.1f} s",
     ]
+
+
+def p2_floor(inventory, playbook, runs, tmp):
+    """What a run of the no-op run's shape costs with nothing in it: one play on the same host with one
+    ansible.builtin.ping for each task that ran a module there and one ansible.builtin.set_fact for each other task
+    the run started (skipped ones too: Ansible forks a worker for those as well); the median of RUNS runs."""
+    ran_module = {r["name"] for r in playbook.results
+                  if r["status"] == "ok" and r["action"].rsplit(".", 1)[-1] not in CONTROLLER_ACTIONS}  # fmt: skip
+    modules = sum(1 for task in playbook.tasks if task["name"] in ran_module)
+    others = len(playbook.tasks) - modules
+    tasks = [{"name": f"Module {i}", "ansible.builtin.ping": None} for i in range(modules)]
+    tasks += [{"name": f"Fact {i}", "ansible.builtin.set_fact": {"bench_floor": i}} for i in range(others)]
+    path = tmp / "p2-floor.yml"
+    path.write_text(json.dumps([{"name": "Floor", "hosts": "all", "gather_facts": False, "tasks": tasks}]) + "\n")
+    times = []
+    for _run in range(runs):
+        proc = run([str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), str(path)], check=False,
+                   timeout=PLAYBOOK_TIMEOUT, quiet=True)  # fmt: skip
+        if proc.returncode:
+            raise SystemExit(f"the P2 floor playbook failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}")
+        times.append(proc.seconds)
+    return {"seconds": median(times), "modules": modules, "others": others}
 
 
 # ---------------------------------------------------------------- P6: rolling overhead per batch

@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_DOC = str(Path(sys.executable).with_name("ansible-doc"))
 
 MODULES = sorted(p.stem for p in (REPO / "plugins" / "modules").glob("*.py") if p.stem != "__init__")
+INTERNAL_ROLE = "sglang"
 ROLES = sorted(p.parents[1].name for p in (REPO / "roles").glob("*/meta/argument_specs.yml"))
 
 
@@ -54,7 +55,12 @@ def test_every_kind_has_plugins():
 def test_ansible_doc_renders(docs, kind, name):
     doc = docs[kind].get(f"disagg.sglang.{name}")
     assert doc, f"ansible-doc -t {kind} disagg.sglang.{name} found no documentation"
-    if kind == "role":
+    if kind == "role" and name == INTERNAL_ROLE:
+        # no main: Ansible would validate it on every host in every play of a public role (its dependency)
+        assert "main" not in doc["entry_points"], f"the internal role {name} has a main entry point"
+        for entry, spec in doc["entry_points"].items():
+            assert spec.get("short_description"), f"role {name}: entry point {entry} has no short_description"
+    elif kind == "role":
         main = doc["entry_points"]["main"]
         assert main.get("short_description"), f"role {name}: meta/argument_specs.yml main has no short_description"
     else:
