@@ -89,3 +89,24 @@ def test_the_filter_listing_tells_a_users_filters_from_the_roles_plumbing():
     listed = {line.split()[0].removeprefix("disagg.sglang."): line for line in proc.stdout.splitlines() if line.strip()}
     plumbing = {name for name, line in listed.items() if "The roles' own plumbing" in line}
     assert set(listed) - plumbing == USER_FILTERS, sorted(set(listed) - plumbing)
+
+
+def test_the_internal_role_applied_on_its_own_stops_every_host_and_names_the_public_roles(tmp_path):
+    """What its entry points say: applied on its own (not as the public roles' dependency) it fails, once for the
+    play (run_once: no host goes on), and names what to run instead."""
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"a": local, "b": local}}}))
+    (tmp_path / "play.yml").write_text(json.dumps([{"hosts": "all", "gather_facts": False,
+                                                    "roles": [f"disagg.sglang.{INTERNAL_ROLE}"]}]))  # fmt: skip
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"), ANSIBLE_NOCOLOR="1")
+    playbook = str(Path(sys.executable).with_name("ansible-playbook"))
+    proc = subprocess.run([playbook, "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
+                          capture_output=True, text=True, env=env, check=False)  # fmt: skip
+    assert proc.returncode != 0, proc.stdout
+    flat = " ".join(proc.stdout.split())
+    assert "disagg.sglang.sglang is internal to the collection: run the playbook disagg.sglang.site" in flat, flat
+    assert "sglang_deps, sglang_topology, sglang_worker and sglang_router" in flat, flat
+    ran = {line.split(":", 1)[0].strip() for line in proc.stdout.split("PLAY RECAP", 1)[1].splitlines()
+           if "ok=" in line}  # fmt: skip
+    assert ran == {"a"}, f"a host went on past the guard: {proc.stdout[-1500:]}"
+    assert "failed=1" in proc.stdout.split("PLAY RECAP", 1)[1]
