@@ -38,10 +38,10 @@ def cli_refusals(results, host):
     return plan.cli_refusals(list(results or []), host)
 
 
-def cli_check_groups(units_by_host, venv_ready=None):
-    """The deployment's worker command lines by the program that parses them, each group checked once on one host
-    (see plan.cli_check_groups)."""
-    return plan.cli_check_groups(dict(units_by_host or {}), dict(venv_ready or {}))
+def cli_check_groups(units_by_host, venv_ready=None, deployed=None):
+    """The deployment's command lines by the program that parses them, each group checked once on one host, less
+    those their records say were checked (see plan.cli_check_groups)."""
+    return plan.cli_check_groups(dict(units_by_host or {}), dict(venv_ready or {}), dict(deployed or {}))
 
 
 def placement_lines(specs):

@@ -386,17 +386,14 @@ def host_paths(paths):
     return found
 
 
-def _tokens(value):
-    if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _tokens(item)]
-    return [value]
-
-
-def cli_check_groups(units_by_host, venv_ready=None):
+def cli_check_groups(units_by_host, venv_ready=None, deployed=None):
     """The worker command lines of the deployment, grouped by the program that parses them: one group per (python,
     module), each [{python, module, delegate, hosts, units, argvs}]. argvs are keyed "HOST NAME" (the parser's
     messages then read "HOST NAME: --flag: ..."); delegate is the first host of the group that has its python
     (VENV_READY {host: {path: exists}}, the hosts' looks), else its first host (which then says "flags not checked").
+    A spec whose record (DEPLOYED {host: {unit: record}}, the hosts' looks) holds its argv_key is left out: that
+    parser accepted that command line before the record was written (units.argv_key); a group left with nothing to
+    check is left out.
 
     One check per group speaks for every host of it: the python is this run's venv, sglang_venvs_dir/engine-DIGEST,
     whose digest names the package set (with the interpreter and the wheelhouse), and the engine it parses with is
@@ -406,16 +403,17 @@ def cli_check_groups(units_by_host, venv_ready=None):
     groups = {}
     ready = venv_ready or {}
     for host, specs in (units_by_host or {}).items():
+        records = (deployed or {}).get(host) or {}
         for spec in specs or []:
+            if (records.get(spec.get("unit")) or {}).get("argv_key") == units.argv_key(spec):
+                continue
             key = (str(spec.get("python")), str(spec.get("module")))
             group = groups.setdefault(key, {"python": key[0], "module": key[1], "hosts": [], "units": [], "argvs": {}})
             if host not in group["hosts"]:
                 group["hosts"].append(host)
             if spec.get("unit") not in group["units"]:
                 group["units"].append(spec.get("unit"))
-            group["argvs"][f"{host} {spec.get('name')}"] = [
-                str(t) for t in _tokens(spec.get("lines") or []) if t is not None
-            ]
+            group["argvs"][f"{host} {spec.get('name')}"] = units.checked_argv(spec)
     for group in groups.values():
         group["delegate"] = next(
             (h for h in group["hosts"] if (ready.get(h) or {}).get(group["python"]) is True), group["hosts"][0]

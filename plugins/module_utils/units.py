@@ -346,8 +346,28 @@ RECORD_KEYS = ("unit", "name", "role", "host", "url", "health_url", "metrics_url
 
 
 def record(spec, unit_dir):
-    """The record of SPEC as deployed: its RECORD_KEYS and where its unit file lies."""
+    """The record of SPEC as deployed: its RECORD_KEYS, where its unit file lies and its argv_key."""
     kept = {k: spec[k] for k in RECORD_KEYS if k in spec}
     if spec.get("role") in sf.WORKER_ROLES:
         kept["kv_contract"] = kv_contract(spec)["values"]
-    return {**kept, "unit_file": f"{unit_dir}/{spec['unit']}.service"}
+    return {**kept, "unit_file": f"{unit_dir}/{spec['unit']}.service", "argv_key": argv_key(spec)}
+
+
+def _flatten(value):
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _flatten(item)]
+    return [value]
+
+
+def checked_argv(spec):
+    """The command line of SPEC as the flag check parses it (disagg.sglang.cli_check): the tokens of its lines."""
+    return [str(t) for t in _flatten(spec.get("lines") or []) if t is not None]
+
+
+def argv_key(spec):
+    """A digest of what the flag check of SPEC asks: its python (the venv, named by the digest of its package set),
+    its module and checked_argv. A run checks a unit's command line before it writes the unit, so a spec whose key
+    is its record's was accepted by this same parser when the record was written: plan.cli_check_groups does not
+    ask again."""
+    asked = [str(spec.get("python")), str(spec.get("module")), checked_argv(spec)]
+    return hashlib.sha256(json.dumps(asked).encode()).hexdigest()[:16]

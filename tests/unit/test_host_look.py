@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, host_look, plan
+from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, host_look, plan, units
 
 # A /proc/net/tcp header and rows: (local address, state, inode); 0A is LISTEN.
 TCP_HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
@@ -209,6 +209,47 @@ def test_the_flags_of_every_host_are_checked_once_per_program_on_a_host_that_has
         "p2 decode0": ["--host", "10.0.0.2", "--port", "30000"],
     }
     assert groups[0]["units"] == ["sglang-prefill0", "sglang-decode0"] and groups[1]["units"] == ["sglang-decode0"]
+
+
+def record_of(one, **changed):
+    """The record a run wrote for ONE (as units.record keys it), with CHANGED in the spec it was written from."""
+    return {"unit": one["unit"], "argv_key": units.argv_key({**one, **changed})}
+
+
+# A command line its record says the same parser accepted is not asked again; anything that changes what the parser
+# would be asked (a flag, the venv, the module) is, and so is a unit without a record or with a record of before.
+@pytest.mark.parametrize(
+    ("record", "checked"),
+    [
+        pytest.param(None, True, id="no-record-a-new-unit"),
+        pytest.param({"unit": "sglang-prefill0"}, True, id="a-record-without-argv-key-from-before"),
+        pytest.param("same", False, id="the-record-of-the-same-command-line"),
+        pytest.param({"lines": [["--host", "10.0.0.1"], ["--port", "30001"]]}, True, id="a-flag-changed"),
+        pytest.param({"python": "/opt/sglang/venvs/engine-bbb/bin/python"}, True, id="another-venv"),
+        pytest.param({"module": "sglang.launch_router"}, True, id="another-module"),
+    ],
+)
+def test_a_command_line_its_record_says_was_accepted_is_not_checked_again(record, checked):
+    one = spec("p1", "prefill0", "10.0.0.1")
+    if record == "same":
+        record = record_of(one)
+    elif record is not None and "unit" not in record:
+        record = record_of(one, **record)
+    deployed = {"p1": {"sglang-prefill0": record}} if record is not None else {}
+    groups = plan.cli_check_groups({"p1": [one, spec("p1", "decode0", "10.0.0.1")]}, {}, deployed)
+    argvs = {name for group in groups for name in group["argvs"]}
+    assert ("p1 prefill0" in argvs) is checked
+    assert "p1 decode0" in argvs  # its own record is not there: checked
+    # a group with nothing left to check is no group (no module run for it)
+    both = {"sglang-prefill0": record_of(one), "sglang-decode0": record_of(spec("p1", "decode0", "10.0.0.1"))}
+    assert plan.cli_check_groups({"p1": [one, spec("p1", "decode0", "10.0.0.1")]}, {}, {"p1": both}) == []
+
+
+def test_a_units_record_holds_the_argv_key_of_what_its_flag_check_asked():
+    one = spec("p1", "prefill0", "10.0.0.1")
+    written = units.record({**one, "role": "prefill", "gpus": [0]}, "/etc/systemd/system")
+    assert written["argv_key"] == units.argv_key(one)
+    assert units.checked_argv(one) == ["--host", "10.0.0.1", "--port", "30000"]
 
 
 def test_the_placement_shown_names_gpus_node_cpus_and_warnings():
