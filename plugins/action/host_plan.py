@@ -2,22 +2,20 @@
 # Apache License 2.0 (see galaxy.yml)
 """The plan of one host in one task (documentation: plugins/modules/host_plan.py).
 
-On the host: one run of the module disagg.sglang.host_look. On the controller: plan.host_plan on what it read, and
-the host's rules (rules.no_gpu_problems where the look read the topology). The preflight runs this once per host;
-three tasks (look, plan, assert) would each cost the host a forked worker, which 256 hosts pay 256 times."""
+On the host: one run of the module disagg.sglang.host_look, lean where Ansible would pipeline it
+(plugins/plugin_utils/lean_module.py: without AnsiballZ's ansible.module_utils.basic). On the controller:
+plan.host_plan on what it read, and the host's rules (rules.no_gpu_problems where the look read the topology).
+The preflight runs this once per host; three tasks (look, plan, assert) would each cost the host a forked worker,
+which 256 hosts pay 256 times."""
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.disagg.sglang.plugins.module_utils import plan, rules
+from ansible_collections.disagg.sglang.plugins.plugin_utils import lean_module
 
 # what host_look returns, returned as it returns it (the preflight registers it: the router's plan and the
 # deployment's venv check read it)
 LOOK_KEYS = ("paths", "records", "listeners", "bind", "exists")
-ARGUMENT_SPEC = {
-    "look": {"type": "dict", "required": True},
-    "plan": {"type": "dict", "required": True},
-    "problems": {"type": "list", "elements": "str", "default": []},
-}
 
 
 class ActionModule(ActionBase):
@@ -25,12 +23,17 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        _spec, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        # checked here, not with validate_argument_spec: it copies the arguments (the whole plan input, Ansible's
+        # tagged values) once per host, which 256 hosts pay 256 times
+        args = {"problems": [], **self._task.args}
+        kinds = (("look", dict), ("plan", dict), ("problems", list))
+        wrong = [f"{key} must be a {kind.__name__}" for key, kind in kinds if not isinstance(args.get(key), kind)]
+        unknown = sorted(set(args) - {"look", "plan", "problems"})
+        if wrong or unknown:
+            raise AnsibleActionFail("; ".join(wrong + [f"unknown option {key}" for key in unknown]))
         if not args["plan"].get("host"):
             raise AnsibleActionFail("plan.host is required (the inventory hostname)")
-        look = self._execute_module(
-            module_name="disagg.sglang.host_look", module_args=dict(args["look"]), task_vars=task_vars
-        )
+        look = lean_module.execute(self, "disagg.sglang.host_look", dict(args["look"]), task_vars)
         if look.get("failed"):
             return {**result, **look}
         read_topology = args["look"].get("topology") is not None

@@ -26,8 +26,7 @@ import time
 from http.client import HTTPException
 from urllib.error import HTTPError, URLError
 
-from ansible.module_utils.urls import ConnectionError as UrlsConnectionError
-from ansible.module_utils.urls import open_url
+from ansible_collections.disagg.sglang.plugins.module_utils.http_request import open_url
 
 HTTP_TIMEOUT = 10  # seconds for one call
 STATES = ("present", "absent", "exact")
@@ -155,7 +154,7 @@ class SglangRouter:
                 status, text = resp.status, resp.read(1 << 20).decode("utf-8", "replace")
         except HTTPError as exc:
             status, text = exc.code, exc.read(2000).decode("utf-8", "replace")
-        except (URLError, OSError, HTTPException, UrlsConnectionError) as exc:
+        except (URLError, OSError, HTTPException) as exc:
             raise RouterNotAnswering(f"{method} {self.url}{path}: no answer ({getattr(exc, 'reason', exc)})") from exc
         try:
             return status, json.loads(text) if text else {}

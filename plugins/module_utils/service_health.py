@@ -42,14 +42,12 @@ def unit_failed(state, restarts_at_start):
 def fetch(url, timeout=HTTP_TIMEOUT, *, data=None, headers=None, limit=READ_LIMIT):
     """One GET, or a POST of DATA when given: (status, body, error). status is None when nothing answered; error then
     says why. LIMIT: bytes read from a 2xx answer (the router canary reads whole /metrics pages)."""
-    # imported here, not at the top: the HTTP and TLS stack (ansible.module_utils.urls loads cryptography) is most of
-    # this file's import time, and the filters that import it (through rolling.py) load it in every forked worker of
-    # a run, where nothing fetches (issue 24)
+    # imported here, not at the top: the HTTP and TLS stack is most of this file's import time, and the filters that
+    # import it (through rolling.py) load it in every forked worker of a run, where nothing fetches (issue 24)
     from http.client import HTTPException  # noqa: PLC0415
     from urllib.error import HTTPError, URLError  # noqa: PLC0415
 
-    from ansible.module_utils.urls import ConnectionError as UrlsConnectionError  # noqa: PLC0415
-    from ansible.module_utils.urls import open_url  # noqa: PLC0415
+    from ansible_collections.disagg.sglang.plugins.module_utils.http_request import open_url  # noqa: PLC0415
 
     method = "GET" if data is None else "POST"
     try:
@@ -57,7 +55,7 @@ def fetch(url, timeout=HTTP_TIMEOUT, *, data=None, headers=None, limit=READ_LIMI
             return resp.status, resp.read(limit).decode("utf-8", "replace"), None
     except HTTPError as exc:  # a 4xx/5xx answer: it carries a status and a body
         return exc.code, exc.read(BODY_LIMIT).decode("utf-8", "replace"), None
-    except (URLError, OSError, HTTPException, UrlsConnectionError) as exc:
+    except (URLError, OSError, HTTPException) as exc:
         return None, "", f"no answer: {getattr(exc, 'reason', exc)}"
 
 

@@ -97,19 +97,21 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, service_health
 
+# The options, here for AnsibleModule and for the lean runner (plugins/plugin_utils/lean_module.py), which checks
+# them on the controller with the same validator.
+ARGUMENT_SPEC = {
+    "bind": {"type": "list", "elements": "str", "default": []},
+    "connect": {"type": "list", "elements": "dict", "default": []},
+    "http": {"type": "list", "elements": "str", "default": []},
+    "paths": {"type": "list", "elements": "path", "default": []},
+    "name": {"type": "str", "default": "this host"},
+    "timeout": {"type": "float", "default": 3.0},
+}
+MODULE_OPTIONS = {"supports_check_mode": True}
+
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "bind": {"type": "list", "elements": "str", "default": []},
-            "connect": {"type": "list", "elements": "dict", "default": []},
-            "http": {"type": "list", "elements": "str", "default": []},
-            "paths": {"type": "list", "elements": "path", "default": []},
-            "name": {"type": "str", "default": "this host"},
-            "timeout": {"type": "float", "default": 3.0},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, **MODULE_OPTIONS)
     p = module.params
     bind = {address: cluster_rules.bind_outcome(address) for address in p["bind"]}
     connect = [

@@ -119,18 +119,20 @@ from ansible_collections.disagg.sglang.plugins.module_utils.batch_restart import
 from ansible_collections.disagg.sglang.plugins.module_utils.service_health import journal_tail
 from ansible_collections.disagg.sglang.plugins.module_utils.unit_files import remove
 
+# The options, here for AnsibleModule and for the lean runner (plugins/plugin_utils/lean_module.py), which checks
+# them on the controller with the same validator.
+ARGUMENT_SPEC = {
+    "instances": {"type": "list", "elements": "dict", "required": True},
+    "drain_timeout": {"type": "int", "default": 60},
+    "wait": {"type": "int", "default": 10},
+    "poll": {"type": "float", "default": 0.25},
+    "journal_lines": {"type": "int", "default": 40},
+}
+MODULE_OPTIONS = {"supports_check_mode": True}
+
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "instances": {"type": "list", "elements": "dict", "required": True},
-            "drain_timeout": {"type": "int", "default": 60},
-            "wait": {"type": "int", "default": 10},
-            "poll": {"type": "float", "default": 0.25},
-            "journal_lines": {"type": "int", "default": 40},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, **MODULE_OPTIONS)
     params = module.params
     if module.check_mode:
         results = [{"healthy": False, "unit_failed": False, "reason": "not restarted (check mode)",

@@ -117,17 +117,20 @@ def read(path):
         return None
 
 
+# The options, here for AnsibleModule and for the lean runner (plugins/plugin_utils/lean_module.py), which checks
+# them on the controller with the same validator.
+ARGUMENT_SPEC = {
+    "venvs": {"type": "list", "elements": "dict", "default": []},
+    "os_packages": {"type": "list", "elements": "str", "default": []},
+    "venvs_dir": {"type": "path", "required": True},
+    "record_dir": {"type": "path", "required": True},
+    "account": {"type": "dict"},
+}
+MODULE_OPTIONS = {"supports_check_mode": True}
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "venvs": {"type": "list", "elements": "dict", "default": []},
-            "os_packages": {"type": "list", "elements": "str", "default": []},
-            "venvs_dir": {"type": "path", "required": True},
-            "record_dir": {"type": "path", "required": True},
-            "account": {"type": "dict"},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, **MODULE_OPTIONS)
     params = module.params
 
     def run(argv):

@@ -106,26 +106,28 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology, host_look
 
+# The options, here for AnsibleModule and for the lean runner (plugins/plugin_utils/lean_module.py), which checks
+# them on the controller with the same validator.
+ARGUMENT_SPEC = {
+    "paths": {"type": "dict", "default": {}},
+    "record_dir": {"type": "path"},
+    "listeners": {"type": "bool", "default": True},
+    "bind": {"type": "list", "elements": "str", "default": []},
+    "exists": {"type": "list", "elements": "path", "default": []},
+    "topology": {
+        "type": "dict",
+        "options": {
+            "sysfs_root": {"type": "path", "default": "/"},
+            "nvidia_smi_path": {"type": "path"},
+            "nvml_venv": {"type": "path"},
+        },
+    },
+}
+MODULE_OPTIONS = {"supports_check_mode": True}
+
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "paths": {"type": "dict", "default": {}},
-            "record_dir": {"type": "path"},
-            "listeners": {"type": "bool", "default": True},
-            "bind": {"type": "list", "elements": "str", "default": []},
-            "exists": {"type": "list", "elements": "path", "default": []},
-            "topology": {
-                "type": "dict",
-                "options": {
-                    "sysfs_root": {"type": "path", "default": "/"},
-                    "nvidia_smi_path": {"type": "path"},
-                    "nvml_venv": {"type": "path"},
-                },
-            },
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, **MODULE_OPTIONS)
     p = module.params
     paths = {str(k): str(v) for k, v in p["paths"].items()}
     found = host_look.look(paths, p["record_dir"], p["listeners"], p["bind"], p["exists"])

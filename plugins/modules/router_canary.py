@@ -143,20 +143,22 @@ in_flight_before:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.disagg.sglang.plugins.module_utils import router_canary
 
+# The options, here for AnsibleModule and for the lean runner (plugins/plugin_utils/lean_module.py), which checks
+# them on the controller with the same validator.
+ARGUMENT_SPEC = {
+    "url": {"type": "str", "required": True},
+    "api_key": {"type": "str", "default": "", "no_log": True},
+    "prompt": {"type": "str", "default": "The capital of France is"},
+    "max_new_tokens": {"type": "int", "default": 8, "no_log": False},  # a length, not a secret
+    "timeout": {"type": "int", "default": 120},
+    "workers": {"type": "list", "elements": "dict", "default": []},
+    "simulated": {"type": "bool", "default": False},
+}
+MODULE_OPTIONS = {"supports_check_mode": True}
+
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "url": {"type": "str", "required": True},
-            "api_key": {"type": "str", "default": "", "no_log": True},
-            "prompt": {"type": "str", "default": "The capital of France is"},
-            "max_new_tokens": {"type": "int", "default": 8, "no_log": False},  # a length, not a secret
-            "timeout": {"type": "int", "default": 120},
-            "workers": {"type": "list", "elements": "dict", "default": []},
-            "simulated": {"type": "bool", "default": False},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, **MODULE_OPTIONS)
     params = module.params
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: no request sent through the router")

@@ -113,21 +113,23 @@ waited:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.disagg.sglang.plugins.module_utils import router_api
 
+# The options, here for AnsibleModule and for the lean runner (plugins/plugin_utils/lean_module.py), which checks
+# them on the controller with the same validator.
+ARGUMENT_SPEC = {
+    "url": {"type": "str", "required": True},
+    "api_key": {"type": "str", "default": "", "no_log": True},
+    "implementation": {"type": "str", "default": "sglang_router", "choices": list(router_api.IMPLEMENTATIONS)},
+    "workers": {"type": "list", "elements": "dict", "required": True},
+    "worker_api_key": {"type": "str", "default": "", "no_log": True},
+    "state": {"type": "str", "default": "present", "choices": list(router_api.STATES)},
+    "timeout": {"type": "int", "default": 60},
+    "poll": {"type": "float", "default": 0.25},
+}
+MODULE_OPTIONS = {"supports_check_mode": True}
+
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "url": {"type": "str", "required": True},
-            "api_key": {"type": "str", "default": "", "no_log": True},
-            "implementation": {"type": "str", "default": "sglang_router", "choices": list(router_api.IMPLEMENTATIONS)},
-            "workers": {"type": "list", "elements": "dict", "required": True},
-            "worker_api_key": {"type": "str", "default": "", "no_log": True},
-            "state": {"type": "str", "default": "present", "choices": list(router_api.STATES)},
-            "timeout": {"type": "int", "default": 60},
-            "poll": {"type": "float", "default": 0.25},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, **MODULE_OPTIONS)
     params = module.params
     workers = router_api.desired_workers(params["workers"])
     problems = router_api.worker_problems(workers)

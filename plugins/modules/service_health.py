@@ -115,23 +115,27 @@ services:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.disagg.sglang.plugins.module_utils.service_health import journal_tail, wait_all
 
+# The options, here for AnsibleModule and for the lean runner (plugins/plugin_utils/lean_module.py), which checks
+# them on the controller with the same validator.
+ARGUMENT_SPEC = {
+    "unit": {"type": "str"},
+    "url": {"type": "str"},
+    "services": {"type": "list", "elements": "dict"},
+    "expect_json": {"type": "dict"},
+    "wait": {"type": "int", "default": 10},
+    "poll": {"type": "float", "default": 1.0},
+    "journal_lines": {"type": "int", "default": 40},
+}
+MODULE_OPTIONS = {
+    "supports_check_mode": True,
+    "required_one_of": [["unit", "services"]],
+    "required_together": [["unit", "url"]],
+    "mutually_exclusive": [["unit", "services"]],
+}
+
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "unit": {"type": "str"},
-            "url": {"type": "str"},
-            "services": {"type": "list", "elements": "dict"},
-            "expect_json": {"type": "dict"},
-            "wait": {"type": "int", "default": 10},
-            "poll": {"type": "float", "default": 1.0},
-            "journal_lines": {"type": "int", "default": 40},
-        },
-        supports_check_mode=True,
-        required_one_of=[["unit", "services"]],
-        required_together=[["unit", "url"]],
-        mutually_exclusive=[["unit", "services"]],
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, **MODULE_OPTIONS)
     params = module.params
 
     def run(cmd):

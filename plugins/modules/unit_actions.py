@@ -68,16 +68,18 @@ restarts:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.disagg.sglang.plugins.module_utils.unit_actions import apply
 
+# The options, here for AnsibleModule and for the lean runner (plugins/plugin_utils/lean_module.py), which checks
+# them on the controller with the same validator.
+ARGUMENT_SPEC = {
+    "units": {"type": "list", "elements": "str", "required": True},
+    "restart": {"type": "list", "elements": "str", "default": []},
+    "daemon_reload": {"type": "bool", "default": False},
+}
+MODULE_OPTIONS = {"supports_check_mode": True}
+
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "units": {"type": "list", "elements": "str", "required": True},
-            "restart": {"type": "list", "elements": "str", "default": []},
-            "daemon_reload": {"type": "bool", "default": False},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, **MODULE_OPTIONS)
 
     def run(argv):
         return module.run_command(argv, environ_update={"LC_ALL": "C"})
