@@ -6,11 +6,17 @@ Ansible runs it everywhere else."""
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible.utils.vars import merge_hash
 from ansible_collections.disagg.sglang.plugins.plugin_utils import lean_module
 
 
 class ActionModule(ActionBase):
+    """As Ansible's own action of a module (ansible.builtin.normal), with the module run through
+    lean_module.execute."""
+
     TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = True
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -18,5 +24,10 @@ class ActionModule(ActionBase):
         module = self._task.action if "." in self._task.action else f"disagg.sglang.{self._task.action}"
         if not module.startswith("disagg.sglang.") or module == "disagg.sglang.lean":
             raise AnsibleActionFail(f"{module}: the action disagg.sglang.lean runs the collection's modules only")
-        result.update(lean_module.execute(self, module, dict(self._task.args), task_vars))
+        wrap_async = self._task.async_val
+        result = merge_hash(
+            result, lean_module.execute(self, module, dict(self._task.args), task_vars, wrap_async=wrap_async)
+        )
+        if not wrap_async:
+            self._remove_tmp_path(self._connection._shell.tmpdir)  # where the fallback made one
         return result

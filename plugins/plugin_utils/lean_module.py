@@ -190,9 +190,10 @@ def shebang(action, task_vars):
     return _get_shebang("/usr/bin/python", use_vars, action._templar, remote_is_local=remote_is_local)[0]
 
 
-def execute(action, module_name, module_args, task_vars):
+def execute(action, module_name, module_args, task_vars, *, wrap_async=False):
     """The result of the collection's module MODULE_NAME (disagg.sglang.NAME) with MODULE_ARGS, run by ACTION
-    (an ActionBase) lean where it can, else through ActionBase._execute_module."""
+    (an ActionBase) lean where it can, else through ActionBase._execute_module (WRAP_ASYNC as there: an async task
+    is never pipelined, so it always runs there)."""
     name = module_name.rsplit(".", 1)[-1]
     task = action._task
     found = described(name)
@@ -203,7 +204,9 @@ def execute(action, module_name, module_args, task_vars):
         else found.get("not_lean")
     )  # fmt: skip
     if why:
-        return action._execute_module(module_name=module_name, module_args=module_args, task_vars=task_vars)
+        return action._execute_module(
+            module_name=module_name, module_args=module_args, task_vars=task_vars, wrap_async=wrap_async
+        )
     spec, options = found["spec"], found["options"]
     if task.check_mode and not options.get("supports_check_mode"):
         return {"skipped": True, "msg": f"remote module ({module_name}) does not support check mode"}

@@ -276,3 +276,19 @@ def test_lean_and_ansiballz_give_the_same_results_failures_and_interpreter_fact(
         assert checked["listeners"] == {} and not checked.get("failed")
     assert runs[True]["set"]["fact"] is None, "no discovery where the interpreter is set"
     assert runs[True]["found"]["fact"] and runs[True]["found"]["fact"] == runs[False]["found"]["fact"]
+
+
+def test_an_async_task_runs_as_ansible_runs_it(tmp_path):
+    """async is never pipelined: the module goes through AnsiballZ and the async wrapper, and its result is the
+    module's."""
+    tasks = [
+        {"name": "look", "disagg.sglang.host_look": {"bind": ["127.0.0.1"], "listeners": False}, "async": 30,
+         "poll": 1, "register": "look"},
+        {"name": "gather", "ansible.builtin.set_fact": {"results": "{{ [look] }}"}},
+    ]  # fmt: skip
+    rc, stdout, kept = playbook(tmp_path, tasks, pipelining=True)
+    assert rc == 0, stdout[-3000:]
+    assert "async_wrapper" in stdout and "AnsiballZ_host_look" in stdout
+    for host in ("set", "found"):
+        (look,) = kept[host]["results"]
+        assert look["bind"] == {"127.0.0.1": "ok"} and look["finished"] == 1, look
