@@ -15,9 +15,10 @@ says so. The parsers' verdicts are cached (sglang_cli_cache_dir): the first run 
 does; later runs read it. Each host gets its own loopback advertise address (127.1.X.Y) and ports.
 
 Beside each size it prints a floor: the same inventory, one play of one task per host that runs the cheapest module
-there is (ansible.builtin.ping), with the same ansible.cfg (forks). Every host here is a local connection, so every
-host's module runs on the controller's own cores; a preflight that runs one Python module per host (the look: paths,
-listeners, records, topology) cannot take less than this on this machine. --no-floor leaves it out.
+there is (ansible.builtin.ping), with the same ansible.cfg (forks, pipelining). Every host here is a local connection,
+so every host's module runs on the controller's own cores: what one Ansible module run per host costs on this
+machine. The preflight's look runs lean (plugins/plugin_utils/lean_module.py: no AnsiballZ), so its one run per host
+can cost less than the ping's. --no-floor leaves it out.
 """
 
 import argparse

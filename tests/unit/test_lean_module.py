@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from ansible_collections.disagg.sglang.plugins.module_utils import host_look
 from ansible_collections.disagg.sglang.plugins.plugin_utils import lean_module
 
@@ -37,8 +36,8 @@ CLOSURES = {
 }
 # what the stand-in AnsibleModule offers (lean_bootstrap.AnsibleModule)
 SHIM_API = {"params", "check_mode", "_diff", "run_command", "get_bin_path", "exit_json", "fail_json"}
-# the modules whose action meta/runtime.yml routes to the lean action
-ROUTED = sorted(yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())["plugin_routing"]["action"])
+# the modules whose action plugin is the lean action
+ROUTED = sorted(p.stem for p in (REPO / "plugins" / "action").glob("*.py") if "import LeanAction" in p.read_text())
 
 
 @pytest.mark.parametrize("name", sorted(CLOSURES))
@@ -59,8 +58,7 @@ def test_which_modules_run_lean_and_what_their_program_carries(name):
 def test_every_module_routed_to_the_lean_action_can_run_lean(name):
     """Its imports stay lean, its spec is plain data, and it (with the module_utils it carries) asks the stand-in
     AnsibleModule for nothing the stand-in does not offer."""
-    routing = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())["plugin_routing"]["action"]
-    assert routing[name] == {"redirect": "disagg.sglang.lean"}
+    assert (REPO / "plugins" / "modules" / f"{name}.py").is_file()
     found = lean_module.described(name)
     assert "not_lean" not in found, found
     assert found["options"].get("supports_check_mode") is True
@@ -68,6 +66,13 @@ def test_every_module_routed_to_the_lean_action_can_run_lean(name):
     for text in [found["source"], *found["sources"].values()]:
         used |= set(re.findall(r"\bmodule\.(\w+)", text))
     assert used <= SHIM_API, f"{name} uses {sorted(used - SHIM_API)}, which the stand-in does not offer"
+
+
+def test_the_lean_modules_are_those_of_the_hot_paths():
+    """The preflight's look, the deps read, the health waits, the router's worker API and canary, the address check,
+    the rolling batch and the unit actions."""
+    assert ROUTED == sorted(["host_look", "deps_state", "service_health", "router_workers", "router_canary",
+                             "address_check", "batch_restart", "unit_actions"])  # fmt: skip
 
 
 def test_a_module_that_needs_more_than_the_stand_in_is_not_routed():

@@ -1,8 +1,8 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""The action of every module that runs lean (plugins/plugin_utils/lean_module.py): meta/runtime.yml routes each
-such module's action here, so a task that names the module runs it lean where Ansible would pipeline it, and as
-Ansible runs it everywhere else."""
+"""The action of every module that runs lean (plugins/plugin_utils/lean_module.py): plugins/action/<module>.py
+names this class its ActionModule, so a task that names the module runs it lean where Ansible would pipeline it,
+and as Ansible runs it everywhere else."""
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -10,7 +10,7 @@ from ansible.utils.vars import merge_hash
 from ansible_collections.disagg.sglang.plugins.plugin_utils import lean_module
 
 
-class ActionModule(ActionBase):
+class LeanAction(ActionBase):
     """As Ansible's own action of a module (ansible.builtin.normal), with the module run through
     lean_module.execute."""
 
@@ -20,10 +20,10 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        # the module the task names (its action is routed here): resolved_action names this plugin
-        module = self._task.action if "." in self._task.action else f"disagg.sglang.{self._task.action}"
-        if not module.startswith("disagg.sglang.") or module == "disagg.sglang.lean":
-            raise AnsibleActionFail(f"{module}: the action disagg.sglang.lean runs the collection's modules only")
+        # the module the task names: the action plugin has its name
+        module = self._task.resolved_action
+        if not module.startswith("disagg.sglang."):
+            raise AnsibleActionFail(f"{module}: the lean action runs the collection's own modules only")
         wrap_async = self._task.async_val
         result = merge_hash(
             result, lean_module.execute(self, module, dict(self._task.args), task_vars, wrap_async=wrap_async)
