@@ -96,8 +96,8 @@ SPEC = {
     "record_dir": {"type": "path"},
     "exists": {"type": "list", "elements": "path", "default": []},
     "topology": {"type": "dict", "options": {"sysfs_root": {"type": "path", "default": "/"}, "n": {"type": "int"}}},
-    "files": {"type": "list", "elements": "dict", "options": {"path": {"type": "path"}, "key": {"type": "str",
-                                                                                               "no_log": True}}},
+    "files": {"type": "list", "elements": "dict",
+              "options": {"path": {"type": "path"}, "key": {"type": "str", "no_log": True}}},
     "when": {"type": "str", "choices": ["now", "later"], "default": "now"},
 }  # fmt: skip
 
@@ -118,8 +118,8 @@ def test_path_values_are_left_for_the_host_to_expand():
         ({"bogus": 1}, "Unsupported parameters for (disagg.sglang.x) module: bogus. Supported parameters include: "
                        "exists, files, record_dir, topology, when."),
         ({"when": "soon"}, "value of when must be one of: now, later, got: soon"),
-        ({"topology": {"n": "three"}}, "argument 'n' is of type str found in 'topology'. and we were unable to "
-                                        "convert to int"),
+        ({"topology": {"n": "three"}},
+         "argument 'n' is of type str found in 'topology'. and we were unable to convert to int"),
         ({"_ansible_check_mode": True}, {"record_dir": None, "exists": [], "topology": None, "files": None,
                                          "when": "now"}),
     ],
