@@ -10,7 +10,7 @@ which 256 hosts pay 256 times."""
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.disagg.sglang.plugins.module_utils import plan, rules
+from ansible_collections.disagg.sglang.plugins.module_utils import plan, rules, variables
 from ansible_collections.disagg.sglang.plugins.plugin_utils import lean_module
 
 # what host_look returns, returned as it returns it (the preflight registers it: the router's plan and the
@@ -26,13 +26,23 @@ class ActionModule(ActionBase):
         # checked here, not with validate_argument_spec: it copies the arguments (the whole plan input, Ansible's
         # tagged values) once per host, which 256 hosts pay 256 times
         args = {"problems": [], **self._task.args}
-        kinds = (("look", dict), ("plan", dict), ("problems", list))
-        wrong = [f"{key} must be a {kind.__name__}" for key, kind in kinds if not isinstance(args.get(key), kind)]
-        unknown = sorted(set(args) - {"look", "plan", "problems"})
+        kinds = (("look", dict), ("plan", dict), ("problems", list), ("variables", str))
+        wrong = [f"{key} must be a {kind.__name__}" for key, kind in kinds
+                 if not isinstance(args.get(key, kind()), kind)]  # fmt: skip
+        unknown = sorted(set(args) - {"look", "plan", "problems", "variables"})
         if wrong or unknown:
             raise AnsibleActionFail("; ".join(wrong + [f"unknown option {key}" for key in unknown]))
         if not args["plan"].get("host"):
             raise AnsibleActionFail("plan.host is required (the inventory hostname)")
+        if args.get("variables"):
+            # the role's variables against the collection's table first, as the assert before this task did: on
+            # the controller, from the task's variables, instead of a task of its own on every host
+            role = args["variables"]
+            values = {name: self._templar.template(task_vars[name]) for name in variables.names(role)
+                      if name in task_vars}  # fmt: skip
+            problems = variables.variable_problems(role, values)
+            if problems:
+                return {**result, "failed": True, "changed": False, "msg": ". ".join(problems) + "."}
         look = lean_module.execute(self, "disagg.sglang.host_look", dict(args["look"]), task_vars)
         if look.get("failed"):
             return {**result, **look}

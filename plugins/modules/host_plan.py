@@ -35,6 +35,12 @@ options:
     type: list
     elements: str
     default: []
+  variables:
+    description:
+      - A role of the collection's variable table (C(plugins/module_utils/variables.py)) whose variables are checked
+        first, from the task's variables (type, range, choices); the task fails naming every problem, before the
+        look. Left out, none are.
+    type: str
 attributes:
   action:
     support: full

@@ -50,8 +50,20 @@ class SourceFinder:
         exec(compile(source, module.__name__, "exec"), module.__dict__)
 
 
+def _plain(value):
+    """What JSON cannot hold as it is, as AnsibleModule's encoder writes it: sets as lists, bytes as text, dates and
+    times in ISO 8601."""
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def _emit(result, rc):
-    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.write(json.dumps(result, default=_plain) + "\n")
     sys.stdout.flush()
     sys.exit(rc)
 

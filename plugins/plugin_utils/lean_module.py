@@ -113,13 +113,16 @@ def described(name):
         found = {"source": source, "sources": sources, "spec": module.ARGUMENT_SPEC,
                  "options": getattr(module, "MODULE_OPTIONS", {})}  # fmt: skip
         text = json.dumps(found)
-    except (NotLean, AttributeError, TypeError) as exc:  # TypeError: a spec that is not plain data
-        found = {"not_lean": str(exc) or type(exc).__name__}
+    except Exception as exc:  # NotLean, a module without ARGUMENT_SPEC, a spec that is not plain data, ...
+        found = {"not_lean": f"{type(exc).__name__}: {exc}"}
         text = json.dumps(found)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    partial = cache.with_name(f"{cache.name}.{os.getpid()}")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, cache)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache.with_name(f"{cache.name}.{os.getpid()}")
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, cache)
+    except OSError:
+        pass  # not kept: the next task works it out again
     return found
 
 

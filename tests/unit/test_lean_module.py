@@ -168,7 +168,7 @@ def test_the_program_runs_host_look_as_its_module_would(tmp_path):
 
 
 SHIM_PROBE = """
-import sys
+import datetime, sys
 from ansible.module_utils.basic import AnsibleModule
 
 def main():
@@ -177,7 +177,8 @@ def main():
                                       environ_update={"PROBE": "x"})
     module.exit_json(changed=False, rc=rc, out=out, err=err, check_mode=module.check_mode, params=module.params,
                      sh=module.get_bin_path("sh"), missing=module.get_bin_path("no-such-program-here"),
-                     basic=sys.modules["ansible.module_utils.basic"].__dict__.get("__file__"))
+                     basic=sys.modules["ansible.module_utils.basic"].__dict__.get("__file__"),
+                     plain=[{3}, b"raw", datetime.date(2026, 12, 4)])
 
 if __name__ == "__main__":
     main()
@@ -193,6 +194,7 @@ def test_the_stand_in_runs_commands_finds_programs_and_passes_check_mode(tmp_pat
     assert result["sh"] and os.path.basename(result["sh"]) == "sh"
     assert result["missing"] is None
     assert result["basic"] is None, "the real ansible.module_utils.basic was imported"
+    assert result["plain"] == [[3], "raw", "2026-12-04"], "as AnsibleModule's encoder writes them"
 
 
 @pytest.mark.parametrize(
