@@ -12,8 +12,9 @@ state=.cache/sandbox/demo
 cat <<MSG
 
 The sandbox is up and serving: prefill and decode simulators under systemd, the real sglang-router in front.
-  Reach the router:  ssh -F $state/ssh_config demo-1 curl -s localhost:8000/generate \\
-                       -H 'Content-Type: application/json' -d '{"text": "Hello", "sampling_params": {"max_new_tokens": 8}}'
+  Reach the router:  ssh -F $state/ssh_config demo-1 "curl -s localhost:8000/generate \\
+                       -H 'Content-Type: application/json' \\
+                       -d '{\"text\": \"Hello\", \"sampling_params\": {\"max_new_tokens\": 8}}'"
   Converge again:    .venv/bin/ansible-playbook -i inventories/sandbox site.yml
   Take it down:      make down
 MSG
