@@ -14,7 +14,6 @@ run_command, get_bin_path, exit_json, fail_json); anything else fails loudly, wi
 import importlib.util
 import json
 import os
-import shlex
 import stat
 import subprocess
 import sys
@@ -95,9 +94,9 @@ class AnsibleModule:
     def fail_json(self, msg, **result):
         _emit({**result, "failed": True, "msg": msg}, 1)
 
-    def get_bin_path(self, arg, required=False, opt_dirs=None):
-        """As AnsibleModule.get_bin_path: OPT_DIRS that exist, then PATH, then the sbin directories; None (or a
-        failure where REQUIRED) when no executable file is found."""
+    def get_bin_path(self, arg, opt_dirs=None):
+        """As AnsibleModule.get_bin_path (not required): OPT_DIRS that exist, then PATH, then the sbin directories;
+        None when no executable file is found."""
         dirs = [d for d in opt_dirs or [] if d and os.path.exists(d)]
         dirs += os.environ.get("PATH", "").split(os.pathsep)
         dirs += [d for d in SBIN_DIRS if d not in dirs and os.path.exists(d)]
@@ -105,14 +104,12 @@ class AnsibleModule:
             path = os.path.join(directory, arg)
             if _executable(path):
                 return path
-        if required:
-            self.fail_json(msg=f"Failed to find required executable {arg!r} in paths: {os.pathsep.join(dirs)}")
         return None
 
-    def run_command(self, args, environ_update=None, check_rc=False):
-        """As AnsibleModule.run_command for an argv (a string is split as a shell would): (rc, stdout, stderr) as
-        text; a program that cannot be started fails the module, as there."""
-        argv = shlex.split(args) if isinstance(args, str) else [str(a) for a in args]
+    def run_command(self, args, environ_update=None):
+        """As AnsibleModule.run_command for an argv: (rc, stdout, stderr) as text; a program that cannot be started
+        fails the module, as there."""
+        argv = [str(a) for a in args]
         env = {**os.environ, **(environ_update or {})}
         try:
             proc = subprocess.run(argv, capture_output=True, env=env, stdin=subprocess.DEVNULL, check=False)
@@ -120,9 +117,6 @@ class AnsibleModule:
             self.fail_json(msg=str(exc), cmd=argv, rc=exc.errno, stdout="", stderr="")
         stdout = proc.stdout.decode("utf-8", "surrogateescape")
         stderr = proc.stderr.decode("utf-8", "surrogateescape")
-        if check_rc and proc.returncode != 0:
-            self.fail_json(msg=stderr.strip() or "non-zero return code", cmd=argv, rc=proc.returncode, stdout=stdout,
-                           stderr=stderr)  # fmt: skip
         return proc.returncode, stdout, stderr
 
 
