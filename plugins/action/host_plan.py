@@ -2,63 +2,117 @@
 # Apache License 2.0 (see galaxy.yml)
 """The plan of one host in one task (documentation: plugins/modules/host_plan.py).
 
-On the host: one run of the module disagg.sglang.host_look, lean where Ansible would pipeline it
-(plugins/plugin_utils/lean_module.py: without AnsiballZ's ansible.module_utils.basic). On the controller:
+On the controller, from the task's variables (module_utils/plan_inputs.py): the dependency checks and this run's
+venvs where no venvs are named yet, the variables against the collection's table, and the inputs of the plan. On the
+host: one run of the module disagg.sglang.host_look, lean where Ansible would pipeline it
+(plugins/plugin_utils/lean_module.py: without AnsiballZ's ansible.module_utils.basic). On the controller again:
 plan.host_plan on what it read, and the host's rules (rules.no_gpu_problems where the look read the topology).
-The preflight runs this once per host; three tasks (look, plan, assert) would each cost the host a forked worker,
-which 256 hosts pay 256 times."""
 
+The preflight runs this once per host. The inputs are Python, not the task's arguments: Ansible compiles each
+template anew in the worker forked for each host, and at 256 hosts templated inputs cost more than the look."""
+
+import os
+
+import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.disagg.sglang.plugins.module_utils import plan, rules, variables
+from ansible_collections.disagg.sglang.plugins.module_utils import plan, plan_inputs, rules, variables
 from ansible_collections.disagg.sglang.plugins.plugin_utils import lean_module
 
 # what host_look returns, returned as it returns it (the preflight registers it: the router's plan and the
 # deployment's venv check read it)
 LOOK_KEYS = ("paths", "records", "listeners", "bind", "exists")
+OPTIONS = {"topology": bool, "variables": str}
+# the shipped flag profiles (the collection's profiles/, beside plugins/)
+SHIPPED_PROFILES = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "profiles"))
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class TaskVariables:
+    """The task's variables, each templated when it is first read; a variable that is not defined is not in it."""
+
+    def __init__(self, templar, task_vars):
+        self._templar = templar
+        self._vars = task_vars
+        self._done = {}
+
+    def __contains__(self, name):
+        return name in self._vars
+
+    def __getitem__(self, name):
+        if name not in self._done:
+            self._done[name] = self._templar.template(self._vars[name])
+        return self._done[name]
+
+    def get(self, name, default=None):
+        return self[name] if name in self._vars else default
+
+
+def read_profile(found):
+    """{path, content} of the profile file FOUND names (plan_inputs.profile_file), read here on the controller as
+    the file lookup reads it; a file that is not YAML fails naming it."""
+    if found["path"] is None:
+        return {"path": None, "content": {}}
+    try:
+        with open(found["path"], encoding="utf-8") as handle:
+            content = yaml.load(handle.read().rstrip(), Loader=SAFE_LOADER)
+    except (OSError, yaml.YAMLError) as exc:
+        raise AnsibleActionFail(f"the flag profile {found['path']} (sglang_profile) could not be read: {exc}") from exc
+    return {"path": found["path"], "content": content or {}}
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
+    def _fail(self, result, problems):
+        return {**result, "failed": True, "changed": False, "msg": ". ".join(problems) + "."}
+
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        # checked here, not with validate_argument_spec: it copies the arguments (the whole plan input, Ansible's
-        # tagged values) once per host, which 256 hosts pay 256 times
-        args = {"problems": [], **self._task.args}
-        kinds = (("look", dict), ("plan", dict), ("problems", list), ("variables", str))
-        wrong = [f"{key} must be a {kind.__name__}" for key, kind in kinds
-                 if not isinstance(args.get(key, kind()), kind)]  # fmt: skip
-        unknown = sorted(set(args) - {"look", "plan", "problems", "variables"})
+        args = dict(self._task.args)
+        wrong = [f"{key} must be a {kind.__name__}" for key, kind in OPTIONS.items()
+                 if key in args and not isinstance(args[key], kind)]  # fmt: skip
+        unknown = sorted(set(args) - set(OPTIONS))
         if wrong or unknown:
             raise AnsibleActionFail("; ".join(wrong + [f"unknown option {key}" for key in unknown]))
-        if not args["plan"].get("host"):
-            raise AnsibleActionFail("plan.host is required (the inventory hostname)")
-        if args.get("variables"):
-            # the role's variables against the collection's table first, as the assert before this task did: on
-            # the controller, from the task's variables, instead of a task of its own on every host
+        v = TaskVariables(self._templar, task_vars)
+        group_names = list(task_vars.get("group_names") or [])
+        # the dependency checks where no venvs are named yet in this play (site.yml's preflight; the deps role run
+        # on its own checked and named them), then the variables against the table, then this run's venvs
+        named = "sglang_deps_venv_paths" in v
+        problems = [] if named else plan_inputs.deps_problems(v, group_names)
+        if not problems and args.get("variables"):
             role = args["variables"]
-            values = {name: self._templar.template(task_vars[name]) for name in variables.names(role)
-                      if name in task_vars}  # fmt: skip
-            problems = variables.variable_problems(role, values)
-            if problems:
-                return {**result, "failed": True, "changed": False, "msg": ". ".join(problems) + "."}
-        look = lean_module.execute(self, "disagg.sglang.host_look", dict(args["look"]), task_vars)
+            problems = variables.variable_problems(role, {n: v[n] for n in variables.names(role) if n in v})
+        if problems:
+            return self._fail(result, problems)
+        venv_paths = dict(v["sglang_deps_venv_paths"] or {}) if named else plan_inputs.venv_paths(v)
+        roles = plan_inputs.worker_roles(v, group_names)
+        read_topology = bool(args.get("topology")) and bool(roles)
+        found = (plan_inputs.profile_file(v.get("sglang_profile"), task_vars.get("inventory_dir") or "",
+                                          SHIPPED_PROFILES)
+                 if roles else {"path": None, "problems": []})  # fmt: skip
+        context = {
+            "host": task_vars["inventory_hostname"],
+            "group_names": group_names,
+            "colocated": plan_inputs.colocated(task_vars.get("groups")),
+            "topology": (task_vars.get("ansible_facts") or {}).get("gpu_topology"),
+        }
+        inputs = plan_inputs.host_plan(v, context, venv_paths, read_profile(found))
+        look_args = plan_inputs.host_look(v, roles, venv_paths, read_topology)
+        look = lean_module.execute(self, "disagg.sglang.host_look", look_args, task_vars)
         if look.get("failed"):
             return {**result, **look}
-        read_topology = args["look"].get("topology") is not None
         facts = look.get("ansible_facts") or {}
-        inputs = dict(args["plan"])
         inputs.update(host_paths=look.get("paths") or {}, listeners=look.get("listeners") or {},
                       deployed=look.get("records") or {})  # fmt: skip
         if read_topology:
             inputs["topology"] = facts.get("gpu_topology")
         planned = plan.host_plan(inputs)
         no_gpu = rules.no_gpu_problems(inputs["topology"], inputs["host"]) if read_topology else []
-        problems = no_gpu + list(args["problems"]) + list(planned["problems"])
+        problems = no_gpu + list(found["problems"]) + list(planned["problems"])
         result.update({key: look.get(key) for key in LOOK_KEYS})
-        result["changed"] = False
-        result["plan"] = planned
+        result.update(changed=False, plan=planned, venv_paths=venv_paths)
         # the topology role's warnings where this run read the topology here, the plan's, and the placement
         result["lines"] = (
             ((facts.get("gpu_topology") or {}).get("warnings") or [] if read_topology else [])

@@ -5,8 +5,6 @@
 Documentation: one YAML file per filter beside this file. Logic: plugins/module_utils/plan.py, rules.py, units.py.
 """
 
-import os
-
 from ansible.errors import AnsibleFilterError
 from ansible_collections.disagg.sglang.plugins.module_utils.lazy import Lazy
 
@@ -15,6 +13,7 @@ plan = Lazy("plan")
 rules = Lazy("rules")
 variables = Lazy("variables")
 venvs = Lazy("venvs")
+plan_inputs = Lazy("plan_inputs")
 sf = Lazy("sglang_flags")
 
 
@@ -33,9 +32,9 @@ def pd_problems(worker_specs, inputs=None):
     return plan.pd_problems(list(worker_specs), dict(inputs or {}))
 
 
-def cli_refusals(results, host):
-    """The flag checks' messages that refused a command line of HOST (see plan.cli_refusals)."""
-    return plan.cli_refusals(list(results or []), host)
+def cli_refusals(results):
+    """{host: the flag checks' messages that refused a command line of that host} (see plan.cli_refusals)."""
+    return plan.cli_refusals(list(results or []))
 
 
 def cli_check_groups(units_by_host, venv_ready=None, deployed=None):
@@ -49,31 +48,10 @@ def placement_lines(specs):
     return plan.placement_lines(list(specs or []))
 
 
-def profile_file(name, inventory_dir, shipped_dir):
-    """{path, problems}: the first existing file sglang_profile names, or a message naming where it looked."""
-    candidates = plan.profile_candidates(name, inventory_dir, shipped_dir)
-    for path in candidates:
-        if os.path.isfile(path):
-            return {"path": path, "problems": []}
-    names = os.listdir(shipped_dir) if os.path.isdir(shipped_dir) else []
-    shipped = sorted(f[:-4] for f in names if f.endswith(".yml"))
-    return {
-        "path": None,
-        "problems": [
-            f"sglang_profile '{name}' is not a shipped profile nor a file of the inventory (looked for "
-            f"{', '.join(candidates)}); choose one of {', '.join(shipped)}, put {name}.yml into the inventory's "
-            "profiles/ directory, or give the path of a profile file"
-        ],
-    }
-
-
-def deps_problems(packages, packages_nodeps, wheelhouse="", module=None, router_packages=None):
-    """What is wrong with the venvs' package lists (see rules.deps_problems), and an engine that is not pinned
-    (venvs.engine_problems) where MODULE (sglang_server_module) is given."""
-    problems = rules.deps_problems(packages, packages_nodeps, wheelhouse, router_packages)
-    if module and not problems:
-        problems += venvs.engine_problems(module, packages)
-    return problems
+def deps_problems(values, group_names):
+    """The dependency checks of a host (see plan_inputs.deps_problems). VALUES: {name: value} of the defined
+    variables of plan_input_pattern('deps')."""
+    return plan_inputs.deps_problems(dict(values or {}), list(group_names or []))
 
 
 def no_gpu_problems(facts, host):
@@ -81,20 +59,38 @@ def no_gpu_problems(facts, host):
     return rules.no_gpu_problems(facts, host)
 
 
-def router_packages_problems(router_packages, impl):
-    """A router package list that lacks the router IMPL (sglang_router_impl) runs, or holds the other one
-    (rules.router_packages_problems)."""
-    return rules.router_packages_problems(router_packages, impl)
+def venv_paths(values):
+    """This run's venvs of a host, named by their package sets (see plan_inputs.venv_paths). VALUES: as for
+    deps_problems."""
+    return plan_inputs.venv_paths(dict(values or {}))
 
 
-def legacy_problems(values):
-    """The removed variables an inventory still sets (see variables.removed_problems)."""
-    return variables.removed_problems(dict(values or {}))
+def plan_input_pattern(kind):
+    """A regular expression matching the names of the variables the plan's inputs of KIND read (deps: the deps
+    checks and the venvs' names; settings: the settings, the secrets and the account rule's variables), for
+    query('ansible.builtin.varnames', ...): the defined ones."""
+    names = {"deps": plan_inputs.deps_names, "settings": plan_inputs.settings_names}
+    if kind not in names:
+        raise AnsibleFilterError(f"plan_input_pattern: {kind!r} is not one of {', '.join(names)}")
+    return "^(" + "|".join(names[kind]()) + ")$"
 
 
-def venv_paths(inputs):
-    """This run's venvs of a host, named by their package sets (see venvs.venvs)."""
-    return venvs.venvs(dict(inputs or {}))
+def plan_settings(values, groups):
+    """{settings, secrets, variables}: what every unit of a host shares, its secrets, and the account rule's variables
+    (see plan_inputs.settings). VALUES: {name: value} of the defined variables of plan_input_pattern('settings');
+    GROUPS: the inventory's groups (whether one host serves every role)."""
+    v = dict(values or {})
+    paths = dict(v.get("sglang_deps_venv_paths") or {})
+    return {
+        "settings": plan_inputs.settings(v, plan_inputs.colocated(dict(groups or {})), paths),
+        "secrets": plan_inputs.secrets(v),
+        "variables": plan_inputs.user_vars(v),
+    }
+
+
+def colocated(groups):
+    """Whether one host serves every role (see plan_inputs.colocated). GROUPS: the inventory's groups."""
+    return plan_inputs.colocated(dict(groups or {}))
 
 
 def venvs_to_remove(stamps, in_use, current):
@@ -102,11 +98,6 @@ def venvs_to_remove(stamps, in_use, current):
     stamp file); in_use: the pythons the host's records run; current: this run's venv paths."""
     found = [venvs.found(f.get("path"), f.get("mtime")) for f in stamps or [] if isinstance(f, dict)]
     return venvs.to_remove(found, [venvs.venv_of(p) for p in in_use or []], list(current or []))
-
-
-def host_paths(paths):
-    """{variable: path or [paths]} -> {variable or variable[i]: path}: the absolute ones, for the preflight's stat."""
-    return plan.host_paths(paths)
 
 
 def systemd_env(pair):
@@ -177,16 +168,15 @@ class FilterModule:
             "cli_check_groups": cli_check_groups,
             "cli_refusals": cli_refusals,
             "placement_lines": placement_lines,
-            "profile_file": profile_file,
             "deps_problems": deps_problems,
-            "router_packages_problems": router_packages_problems,
             "no_gpu_problems": no_gpu_problems,
             "venv_paths": venv_paths,
-            "legacy_problems": legacy_problems,
+            "plan_input_pattern": plan_input_pattern,
+            "plan_settings": plan_settings,
+            "colocated": colocated,
             "venvs_to_remove": venvs_to_remove,
             "systemd_line": systemd_line,
             "systemd_env": systemd_env,
-            "host_paths": host_paths,
             "router_flag_variables": router_flag_variables,
             "variable_pattern": variable_pattern,
             "variable_problems": variable_problems,

@@ -433,9 +433,14 @@ def placement_lines(specs):
     return lines
 
 
-def cli_refusals(results, host):
-    """The messages of the once-per-venv flag checks (cli_check_groups' results, as registered) that refused a
-    command line of HOST (their argvs are keyed "HOST NAME"): each host whose flags were refused fails on its own,
-    whichever host ran the check."""
-    return [r.get("msg", "") for r in results or [] if isinstance(r, dict)
-            and any(str(name).split(" ", 1)[0] == host for name in (r.get("problems") or {}))]  # fmt: skip
+def cli_refusals(results):
+    """{host: the messages of the once-per-venv flag checks (cli_check_groups' results, as registered) that refused a
+    command line of that host (their argvs are keyed "HOST NAME")}: each host whose flags were refused fails on its
+    own, whichever host ran the check. Hosts with no refusal are not in it."""
+    refused = {}
+    for r in results or []:
+        if not isinstance(r, dict):
+            continue
+        for host in dict.fromkeys(str(name).split(" ", 1)[0] for name in (r.get("problems") or {})):
+            refused.setdefault(host, []).append(r.get("msg", ""))
+    return refused

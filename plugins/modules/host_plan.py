@@ -6,40 +6,38 @@
 DOCUMENTATION = r"""
 ---
 module: host_plan
-short_description: Look at one host and plan its worker units, failing with every problem found
+short_description: Check one host's variables, look at the host and plan its worker units, failing with every problem
 version_added: "0.1.0"
 author:
   - disagg.sglang maintainers (!UNKNOWN)
 description:
-  - The preflight's plan of one host in one task (roles/sglang/tasks/plan.yml). On the host, one run of
-    M(disagg.sglang.host_look) with O(look). On the controller, the filter P(disagg.sglang.host_plan#filter) on
-    O(plan) and what the look read (the paths, the TCP listeners, the unit records and, where the look read it,
-    the topology), then the host's rules.
-  - Fails naming every problem (the topology's when the look read it and shows no GPU, then O(problems), then the
-    plan's), joined by C(. ); no unit is planned then.
+  - The preflight's plan of one host in one task (roles/sglang/tasks/plan.yml). Its inputs are the task's variables,
+    derived on the controller by C(plugins/module_utils/plan_inputs.py) (the collection's roles' defaults, the
+    inventory, extra vars), not options.
+  - Where C(sglang_deps_venv_paths) is not defined yet (site.yml's preflight), first the dependency checks (the deps
+    role's variables against the variable table, the package lists, the variables no longer read); this run's venvs
+    are named then and returned as RV(venv_paths).
+  - Then the variables of O(variables)'s role against the variable table; then one run of
+    M(disagg.sglang.host_look) on the host; then, on the controller, the filter P(disagg.sglang.host_plan#filter) on
+    the inputs and what the look read (the paths, the TCP listeners, the unit records and, with O(topology), the
+    topology), then the host's rules.
+  - Fails naming every problem of the first step that found any (joined by C(. )); no unit is planned then. The
+    plan's step names the topology's problem first where the look read it and shows no GPU, then the flag profile's,
+    then the plan's.
   - Changes nothing, in any mode.
 options:
-  look:
-    description: The options of M(disagg.sglang.host_look), passed as they are.
-    type: dict
-    required: true
-  plan:
+  topology:
     description:
-      - The input of P(disagg.sglang.host_plan#filter) without what the look reads (C(host_paths), C(listeners),
-        C(deployed), and C(topology) where O(look) has C(topology)).
-      - C(host) is required.
-    type: dict
-    required: true
-  problems:
-    description: Problems found before the plan (the flag profile's), reported with the plan's.
-    type: list
-    elements: str
-    default: []
+      - Also read the GPU and NUMA topology of a worker host (a host in the group C(prefill) or C(decode)) in the look,
+        as M(disagg.sglang.gpu_topology) reads it, and plan on it. Without it, the plan reads the fact
+        C(gpu_topology) a topology step set before, where there is one.
+    type: bool
+    default: false
   variables:
     description:
       - A role of the collection's variable table (C(plugins/module_utils/variables.py)) whose variables are checked
-        first, from the task's variables (type, range, choices); the task fails naming every problem, before the
-        look. Left out, none are.
+        from the task's variables (type, range, choices) before the look; the task fails naming every problem.
+        Left out, none are.
     type: str
 attributes:
   action:
@@ -53,24 +51,16 @@ attributes:
     description: Nothing to diff.
   facts:
     support: full
-    description: Returns the look's C(gpu_topology) fact where O(look) has C(topology).
+    description: Returns the look's C(gpu_topology) fact with O(topology).
 seealso:
   - module: disagg.sglang.host_look
 """
 
 EXAMPLES = r"""
-- name: Plan the worker units of this host
+- name: Plan the worker units of this host, reading its topology
   disagg.sglang.host_plan:
-    look:
-      paths:
-        sglang_model_path: /models/DeepSeek-V4-Flash
-      record_dir: /var/lib/sglang/records
-    plan:
-      host: "{{ inventory_hostname }}"
-      roles:
-        prefill: {instances: [{gpus: [0, 1, 2, 3]}], extra_flags: {}, extra_env: {}}
-      settings: "{{ my_settings }}"
-      topology: "{{ ansible_facts.gpu_topology }}"
+    topology: true
+    variables: sglang
   register: __plan
 """
 
@@ -106,8 +96,13 @@ lines:
   returned: when the look succeeded
   type: list
   elements: str
+venv_paths:
+  description: >-
+    This run's venvs (C(sglang_deps_venv_paths)) - named here where they were not defined yet, else as they were.
+  returned: when the checks before the look passed
+  type: dict
 ansible_facts:
   description: C(gpu_topology), as M(disagg.sglang.gpu_topology) returns it.
-  returned: when O(look) has C(topology)
+  returned: with O(topology), on a worker host
   type: dict
 """

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
-from ansible_collections.disagg.sglang.plugins.module_utils import venvs
+from ansible_collections.disagg.sglang.plugins.module_utils import plan_inputs
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE_FILES = [
@@ -57,13 +57,32 @@ def host_vars(inventory="inventories/sandbox", host="pytest-badinv-1", groups=GR
         value = variables[name]
         return templar.template(trust_as_template(value) if isinstance(value, str) else value)
 
-    # What roles/sglang_deps/tasks/venvs.yml sets in the preflight (the unit Templar has no collection filters).
-    names = {"dir": "sglang_venvs_dir", "packages": "sglang_deps_packages", "nodeps": "sglang_deps_packages_nodeps",
-             "router_packages": "sglang_deps_router_packages", "python": "sglang_deps_python",
-             "wheelhouse": "sglang_deps_wheelhouse", "module": "sglang_server_module"}  # fmt: skip
+    # What the preflight's host_plan sets (plan_inputs.venv_paths) and roles/sglang/vars/main.yml's _sglang_colocated
+    # (the unit Templar has no collection filters): the same functions.
+    variables["_sglang_colocated"] = plan_inputs.colocated(groups_map)
     if "sglang_deps_venv_paths" not in variables:
         try:
-            variables["sglang_deps_venv_paths"] = venvs.venvs({key: resolve(name) for key, name in names.items()})
+            variables["sglang_deps_venv_paths"] = plan_inputs.venv_paths(Resolved(variables, resolve))
         except (TypeError, ValueError, KeyError):  # a bad value is the variable table's message, not ours
             variables["sglang_deps_venv_paths"] = {}
     return templar, variables, resolve
+
+
+class Resolved:
+    """The variables as plugins/action/host_plan.py gives them to plan_inputs: each templated when read; a variable
+    that is not defined is not in it."""
+
+    def __init__(self, variables, resolve):
+        self._variables = variables
+        self._resolve = resolve
+
+    def __contains__(self, name):
+        return name in self._variables
+
+    def __getitem__(self, name):
+        if name not in self._variables:
+            raise KeyError(name)
+        return self._resolve(name)
+
+    def get(self, name, default=None):
+        return self[name] if name in self._variables else default

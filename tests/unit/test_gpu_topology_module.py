@@ -3,13 +3,16 @@ through `ansible` itself, against a fake nvidia-smi that answers only the query 
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import topology_fakes as tf
+import yaml
+from ansible.errors import AnsibleError
 from ansible.module_utils import testing
-from ansible_collections.disagg.sglang.plugins.module_utils import plan
+from ansible_collections.disagg.sglang.plugins.module_utils import plan, plan_inputs
 from ansible_collections.disagg.sglang.plugins.modules import gpu_topology as module
 from ansible_collections.disagg.sglang.plugins.modules import host_look as look_module
 
@@ -142,75 +145,118 @@ def test_through_ansible(host, tmp_path):
     assert facts["sources"]["skipped"][0].startswith("nvml: ")  # no NVML on the test machine
 
 
-# The preflight's one task per host, disagg.sglang.host_plan (an action plugin: the look on the host, the plan on the
-# controller), through `ansible` itself: what it plans is the filter host_plan's plan of what its look read, and a
-# host that shows no GPU, or a look that fails, fails the task with the message the preflight shows.
-def plan_through_ansible(tmp_path, topology, problems=(), paths=None):
-    from inventory_vars import host_vars  # noqa: PLC0415 (the sandbox inventory's variables, templated)
+# The preflight's one task per host, disagg.sglang.host_plan (an action plugin: its inputs from the host's variables
+# and the plan on the controller, the look on the host), through `ansible` itself on an inventory host in the groups
+# prefill and decode with the sandbox inventory's variables: what it plans is plan.host_plan's plan of the inputs
+# plan_inputs derives and of what its look read, and a host that shows no GPU, or a look that fails, fails the task
+# with the message the preflight shows.
+HOST = "pytest-badinv-1"
 
-    _templar, _variables, v = host_vars()
-    inputs = {
-        "host": "pytest-badinv-1",
-        "roles": v("_sglang_worker_roles"),
-        "settings": v("_sglang_settings"),
-        "secrets": v("_sglang_secrets"),
-        "variables": v("_sglang_user_vars"),
-        "conflicting_units": v("sglang_conflicting_units"),
-        "strict": v("sglang_topology_strict"),
-        "kv_p2p_policy": v("sglang_kv_p2p_policy"),
-        "profile": {},
-        "profile_name": "none",
-    }
-    look = {"paths": paths or {}, "record_dir": str(tmp_path / "records"), "listeners": False, "topology": topology}
+
+def plan_through_ansible(tmp_path, smi, sysfs_root, named=True, **changed):
+    """host_plan with topology on HOST; CHANGED: variables set beside the sandbox inventory's (the model directory
+    one that exists outside the trees the units cannot see); NAMED: whether this
+    run's venvs are named already (a public role after the deps role), else host_plan checks the dependency lists and
+    names them (site.yml's preflight). Returns (the plan the same inputs get from plan.host_plan, the status such as
+    "HOST | SUCCESS", the result)."""
+    from inventory_vars import Resolved, host_vars  # noqa: PLC0415 (the sandbox inventory's variables, templated)
+
+    extra = {"sglang_topology_nvidia_smi_path": smi, "sglang_topology_sysfs_root": sysfs_root,
+             "sglang_record_dir": str(tmp_path / "records"), "sglang_model_path": str(REPO / "profiles"),
+             "sglang_deps_wheelhouse": "", **changed}  # fmt: skip
+    _templar, variables, v = host_vars(host=HOST, extra=extra)
+    values = {}
+    for name in variables:
+        if name.startswith("sglang_") and (named or name != "sglang_deps_venv_paths"):
+            try:
+                values[name] = v(name)
+            except AnsibleError:  # a variable of another role that this inventory cannot template
+                continue
+    (tmp_path / "vars.json").write_text(json.dumps(values))
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    groups = {"prefill": {"hosts": {HOST: None}}, "decode": {"hosts": {HOST: None}}}
+    inventory = {"all": {"hosts": {HOST: local}, "children": groups}}
+    (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"), LC_ALL="C.UTF-8")  # fmt: skip
-    ansible = Path(sys.executable).with_name("ansible")
-    args = json.dumps({"look": look, "plan": inputs, "problems": list(problems)})
-    proc, status, result = adhoc([str(ansible)], "disagg.sglang.host_plan", [args], env=env, cwd=REPO, timeout=120)
-    assert result is not None, proc.stdout + proc.stderr
+    # as roles/sglang/tasks/plan.yml calls it in site.yml's preflight
+    args = '{"topology": true, "variables": "sglang"}'
+    argv = [str(Path(sys.executable).with_name("ansible")), HOST, "-i", str(tmp_path / "hosts.yml"), "-o",
+            "-e", f"@{tmp_path / 'vars.json'}", "-m", "disagg.sglang.host_plan", "-a", args]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, cwd=REPO, timeout=120)
+    head, sep, body = proc.stdout.partition("=> ")
+    assert sep, proc.stdout + proc.stderr
+    result = json.loads(body)
     facts = (result.get("ansible_facts") or {}).get("gpu_topology")
+    r = Resolved(variables, v)
+    roles = plan_inputs.worker_roles(r, ["prefill", "decode"])
+    found = plan_inputs.profile_file(r.get("sglang_profile"), "", str(REPO / "profiles"))
+    content = yaml.safe_load(Path(found["path"]).read_text()) if found["path"] else {}
+    profile = {"path": found["path"], "content": content}
+    # one host in prefill and decode, no router: colocated (the workers are advertised at loopback)
+    colocated = plan_inputs.colocated({"prefill": [HOST], "decode": [HOST]})
+    context = {"host": HOST, "group_names": ["prefill", "decode"], "colocated": colocated, "topology": None}
+    inputs = plan_inputs.host_plan(r, context, variables["sglang_deps_venv_paths"], profile)
+    assert roles == inputs["roles"]
     expect = plan.host_plan({**inputs, "topology": facts, "host_paths": result.get("paths"),
                              "listeners": result.get("listeners"), "deployed": result.get("records")})  # fmt: skip
-    return expect, status, result
+    return expect, head.strip(), result
 
 
 def test_host_plan_plans_what_the_filter_plans_on_what_the_look_read(host, tmp_path):
-    expect, status, result = plan_through_ansible(
-        tmp_path, {"nvidia_smi_path": host["smi"], "sysfs_root": host["root"]}
-    )
-    assert status == "localhost | SUCCESS" and result["changed"] is False and result["records"] == {}
+    expect, status, result = plan_through_ansible(tmp_path, host["smi"], host["root"])
+    assert status == f"{HOST} | SUCCESS" and result["changed"] is False and result["records"] == {}, result
     assert len(result["ansible_facts"]["gpu_topology"]["gpus"]) == 8
     # the sandbox inventory's prefill and decode on the fake 8-GPU box
     assert result["plan"] == expect and [u["role"] for u in expect["units"]] == ["prefill", "decode"]
     assert result["lines"] == expect["warnings"] + plan.placement_lines(expect["units"])
     assert result["lines"][-1].startswith("sglang-decode") and "GPUs " in result["lines"][-1]
+    assert expect["units"][0]["url"] == "http://127.0.0.1:30000"  # colocated
+    assert result["venv_paths"] == json.loads(json.dumps(expect_venvs()))
+
+
+def expect_venvs():
+    from inventory_vars import Resolved, host_vars  # noqa: PLC0415
+
+    _templar, variables, v = host_vars(host=HOST, extra={"sglang_deps_wheelhouse": ""})
+    return plan_inputs.venv_paths(Resolved(variables, v))
 
 
 def test_host_plan_fails_with_the_plans_own_messages(host, tmp_path):
     missing = str(tmp_path / "no-model")
-    expect, status, result = plan_through_ansible(
-        tmp_path,
-        {"nvidia_smi_path": host["smi"], "sysfs_root": host["root"]},
-        paths={"sglang_model_path": missing},
-    )
+    expect, status, result = plan_through_ansible(tmp_path, host["smi"], host["root"], sglang_model_path=missing)
     assert status.endswith("FAILED!") and expect["problems"] and expect["units"] == []
     assert result["msg"] == ". ".join(expect["problems"]) + "." and missing in result["msg"]
 
 
 def test_host_plan_fails_naming_a_host_that_shows_no_gpu_then_the_other_problems(tmp_path):
-    _inputs, status, result = plan_through_ansible(
-        tmp_path, {"nvidia_smi_path": "/bin/false", "sysfs_root": str(tmp_path)}, problems=["the profile is bad"]
-    )
+    _inputs, status, result = plan_through_ansible(tmp_path, "/bin/false", str(tmp_path), sglang_profile="llama_sm90")
     assert status.endswith("FAILED!")
-    assert result["msg"].startswith("pytest-badinv-1 shows no GPU (")
-    assert "set sglang_topology_nvidia_smi_path. the profile is bad. " in result["msg"]
+    assert result["msg"].startswith(f"{HOST} shows no GPU (")
+    assert "set sglang_topology_nvidia_smi_path. sglang_profile 'llama_sm90' is not a shipped profile" in result["msg"]
     assert result["ansible_facts"]["gpu_topology"]["gpus"] == []
 
 
 def test_host_plan_fails_with_the_looks_own_message(tmp_path):
-    _inputs, status, result = plan_through_ansible(tmp_path, {"nvidia_smi_path": str(tmp_path / "missing")})
-    assert (
-        status.endswith("FAILED!")
-        and result["msg"] == f"nvidia_smi_path {tmp_path / 'missing'} is not an executable file"
-    )
+    missing = str(tmp_path / "missing")
+    _inputs, status, result = plan_through_ansible(tmp_path, missing, str(tmp_path))
+    assert status.endswith("FAILED!") and result["msg"] == f"nvidia_smi_path {missing} is not an executable file"
     assert "plan" not in result
+
+
+def test_host_plan_checks_the_dependency_lists_first_where_no_venvs_are_named(host, tmp_path):
+    """Without sglang_deps_venv_paths (site.yml's preflight), host_plan checks the dependency lists before anything
+    else and names this run's venvs; the variable table's message comes before the look."""
+    _inputs, status, result = plan_through_ansible(tmp_path, host["smi"], host["root"], named=False)
+    assert status == f"{HOST} | SUCCESS", result
+    assert result["venv_paths"] == json.loads(json.dumps(expect_venvs()))
+    assert result["venv_paths"]["engine"].split("/")[-1].startswith("engine-")
+    unpinned = ["sglang>=0.5.23", "nvidia-ml-py==13.615.71"]
+    bad = {"sglang_deps_packages": unpinned, "sglang_health_timeout": "soon"}
+    _inputs, status, result = plan_through_ansible(tmp_path, "/bin/false", str(tmp_path), named=False, **bad)
+    assert status.endswith("FAILED!") and "sglang_deps_packages" in result["msg"] and "==" in result["msg"], result
+    # the dependency lists fail first: no look ran (no topology fact), the variable table was not reached
+    assert "ansible_facts" not in result and "sglang_health_timeout" not in result["msg"]
+    bad = {"sglang_health_timeout": "soon"}
+    _inputs, status, result = plan_through_ansible(tmp_path, "/bin/false", str(tmp_path), named=False, **bad)
+    assert status.endswith("FAILED!") and "sglang_health_timeout" in result["msg"] and "ansible_facts" not in result

@@ -3,11 +3,10 @@
 from pathlib import Path
 
 import pytest
-from ansible_collections.disagg.sglang.plugins.filter.plan import FilterModule
+from ansible_collections.disagg.sglang.plugins.module_utils.plan_inputs import profile_file
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = str(REPO / "profiles")
-profile_file = FilterModule().filters()["profile_file"]
 
 
 @pytest.fixture

@@ -15,14 +15,14 @@ from ansible_collections.disagg.sglang.plugins.filter.plan import FilterModule
 from ansible_collections.disagg.sglang.plugins.module_utils import (
     cluster_rules,
     kv_rules,
-    plan,
+    plan_inputs,
     profile_rules,
     rules,
     units,
 )
 from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.module_utils import variables as vt
-from inventory_vars import GROUPS, host_vars
+from inventory_vars import GROUPS, Resolved, host_vars
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = yaml.safe_load((REPO / "tests/cases/bad_inventories.yml").read_text())
@@ -54,16 +54,10 @@ def topologies(tmp_path_factory, topology):
 
 
 def host_looks(v, worker_roles, missing=(), listeners=None):
-    """What plan.yml's stat and listener scan would find on a converged sandbox host: every path of
-    _sglang_host_paths exists as a directory except those in `missing`; `listeners` {port: owner}."""
-    # roles/sglang/vars/main.yml's _sglang_host_paths (the unit Templar has no collection filters)
-    paths = plan.host_paths(
-        {
-            "sglang_model_path": v("sglang_model_path") if worker_roles else None,
-            "sglang_deps_wheelhouse": v("sglang_deps_wheelhouse"),
-            "sglang_read_write_paths": v("sglang_read_write_paths"),
-        }
-    )
+    """What plan.yml's stat and listener scan would find on a converged sandbox host: every path the look
+    stats exists as a directory except those in `missing`; `listeners` {port: owner}."""
+    # the paths the preflight's look stats (plan_inputs.host_look)
+    paths = plan_inputs.host_look(v, worker_roles, {}, False)["paths"]
     found = {var: {"path": path, "exists": var not in missing, "isdir": True} for var, path in paths.items()}
     return found, {str(k): o for k, o in (listeners or {}).items()}
 
@@ -88,31 +82,28 @@ def preflight(
         """The role's step that checks its defined variables against module_utils/variables.py."""
         return lambda: vt.variable_problems(role, {n: v(n) for n in vt.names(role) if n in variables})
 
-    worker_roles = v("_sglang_worker_roles")
-    stages = [table("sglang_deps")]
-    stages.append(lambda: F["deps_problems"](v("sglang_deps_packages"), v("sglang_deps_packages_nodeps"),
-                                             v("sglang_deps_wheelhouse"), v("sglang_server_module"),
-                                             v("sglang_deps_router_packages")))  # fmt: skip
-    if "router" in groups:  # the deps preflight's router package check, on router hosts
-        stages.append(lambda: F["router_packages_problems"](v("sglang_deps_router_packages"), v("sglang_router_impl")))
-    stages.append(lambda: F["legacy_problems"](variables))
+    values = Resolved(variables, v)
+    worker_roles = plan_inputs.worker_roles(values, list(groups))
+    # the preflight's dependency checks (host_plan, where no venvs are named yet)
+    stages = [lambda: plan_inputs.deps_problems(values, list(groups))]
     stages.append(table("sglang"))
-    found_paths, found_listeners = host_looks(v, worker_roles, missing, listeners)
+    found_paths, found_listeners = host_looks(values, worker_roles, missing, listeners)
+    shared = {"settings": plan_inputs.settings(values, variables["_sglang_colocated"], v("sglang_deps_venv_paths")),
+              "secrets": plan_inputs.secrets(values)}  # fmt: skip
     looks = {
-        "variables": v("_sglang_user_vars"),
+        "variables": plan_inputs.user_vars(values),
         "conflicting_units": v("sglang_conflicting_units"),
         "host_paths": found_paths,
         "listeners": found_listeners,
     }
-    found = F["profile_file"](v("sglang_profile"), str(REPO / inventory), str(REPO / "profiles"))
+    found = plan_inputs.profile_file(v("sglang_profile"), str(REPO / inventory), str(REPO / "profiles"))
     profile = yaml.safe_load(Path(found["path"]).read_text()) if found["path"] else {}
     stages.append(lambda: found["problems"] if worker_roles else [])
     plan = F["host_plan"](
         {
             "host": v("inventory_hostname"),
             "roles": worker_roles,
-            "settings": v("_sglang_settings"),
-            "secrets": v("_sglang_secrets"),
+            **shared,
             "topology": topology if worker_roles else None,
             "strict": v("sglang_topology_strict"),
             "kv_p2p_policy": v("sglang_kv_p2p_policy"),
@@ -131,8 +122,7 @@ def preflight(
         extra_flags, impl = v("sglang_router_extra_flags"), v("sglang_router_impl")
         router_inputs = {
             "host": v("inventory_hostname"),
-            "settings": v("_sglang_settings"),
-            "secrets": v("_sglang_secrets"),
+            **shared,
             "unit": "sglang-router",
             "impl": impl,
             # an impl the table refuses never gets this far in a run (the deps preflight names it first)
@@ -146,7 +136,7 @@ def preflight(
                 "sglang_router_prometheus_port": v("sglang_router_prometheus_port"),
             },
             **looks,
-            "variables": v("_sglang_user_vars"),
+            "variables": plan_inputs.user_vars(values),
         }
         router = F["router_plan"](plan["units"], router_inputs)
         stages.append(table("sglang_router"))
