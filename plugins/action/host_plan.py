@@ -113,14 +113,14 @@ class ActionModule(ActionBase):
         problems = no_gpu + list(found["problems"]) + list(planned["problems"])
         result.update({key: look.get(key) for key in LOOK_KEYS})
         result.update(changed=False, plan=planned, venv_paths=venv_paths)
-        # the topology role's warnings where this run read the topology here, the plan's, and the placement
+        # the topology's warnings where this run read it here, the plan's, and the placement. The topology itself is
+        # not returned as the fact gpu_topology (the topology role sets that): Ansible copies a host's facts for every
+        # later task of the host, and the plan keeps what it placed.
         result["lines"] = (
             ((facts.get("gpu_topology") or {}).get("warnings") or [] if read_topology else [])
             + list(planned["warnings"])
             + plan.placement_lines(planned["units"])
         )
-        if facts:
-            result["ansible_facts"] = facts
         if problems:
             result.update(failed=True, msg=". ".join(problems) + ".")
         return result

@@ -43,6 +43,11 @@ def cli_check_groups(units_by_host, venv_ready=None, deployed=None):
     return plan.cli_check_groups(dict(units_by_host or {}), dict(venv_ready or {}), dict(deployed or {}))
 
 
+def deployment(looks):
+    """The deployment's plans joined once per run (see plan.deployment)."""
+    return plan.deployment(dict(looks or {}))
+
+
 def placement_lines(specs):
     """The lines the preflight shows of each worker spec's placement (see plan.placement_lines)."""
     return plan.placement_lines(list(specs or []))
@@ -168,6 +173,7 @@ class FilterModule:
             "cli_check_groups": cli_check_groups,
             "cli_refusals": cli_refusals,
             "placement_lines": placement_lines,
+            "deployment": deployment,
             "deps_problems": deps_problems,
             "no_gpu_problems": no_gpu_problems,
             "venv_paths": venv_paths,

@@ -35,8 +35,10 @@ from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology_nvml im
     NVML_LINK_SCAN,
     NVML_MAX_LINKS,
     NVML_P2P,
+    NvmlUnavailable,
     _nvml_error,
     collect_nvml,
+    library_first,
     load_pynvml,
     venv_pynvml_loader,
 )
@@ -174,6 +176,8 @@ def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_p
     if source in ("auto", "nvml"):
         try:
             nvml = nvml_loader()
+        except NvmlUnavailable as exc:
+            skipped.append(f"nvml: {exc}")
         except Exception as exc:  # ImportError, or anything a broken install raises
             skipped.append(f"nvml: pynvml not importable ({_nvml_error(exc)})")
         else:
@@ -338,7 +342,7 @@ def read(sysfs_root="/", nvidia_smi_path=None, nvml_venv=None, source="auto", *,
         sysfs_root=sysfs_root,
         nvidia_smi_path=nvidia_smi_path,
         runner=runner,
-        nvml_loader=venv_pynvml_loader(nvml_venv) if nvml_venv else load_pynvml,
+        nvml_loader=library_first(venv_pynvml_loader(nvml_venv) if nvml_venv else load_pynvml),
         source=source,
     )
     return facts, None

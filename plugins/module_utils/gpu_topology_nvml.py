@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import importlib
 import os
@@ -24,6 +25,29 @@ def load_pynvml():
     with pywarnings.catch_warnings():
         pywarnings.simplefilter("ignore")
         return importlib.import_module("pynvml")
+
+
+# The library pynvml (nvidia-ml-py 13.615.71) loads in nvmlInit on Linux: pynvml._LoadNvmlLibrary, CDLL of this name.
+NVML_LIBRARY = "libnvidia-ml.so.1"
+
+
+class NvmlUnavailable(Exception):
+    """The NVML library does not load here: nvmlInit would fail, so pynvml is not imported."""
+
+
+def library_first(loader, load_library=None):
+    """A loader that first loads the NVML library as pynvml's nvmlInit would, then runs LOADER: on a host without the
+    driver's library (no GPU, a container without it) the import of pynvml (one large module, about 50 ms) is not
+    paid for an nvmlInit that must fail. Raises NvmlUnavailable naming the library and the loader's error."""
+
+    def loader_checked():
+        try:
+            (load_library or ctypes.CDLL)(NVML_LIBRARY)
+        except OSError as exc:
+            raise NvmlUnavailable(f"NVML did not initialise ({NVML_LIBRARY} does not load: {exc})") from exc
+        return loader()
+
+    return loader_checked
 
 
 def venv_pynvml_loader(venv, load=load_pynvml):

@@ -435,12 +435,28 @@ def placement_lines(specs):
 
 def cli_refusals(results):
     """{host: the messages of the once-per-venv flag checks (cli_check_groups' results, as registered) that refused a
-    command line of that host (their argvs are keyed "HOST NAME")}: each host whose flags were refused fails on its
-    own, whichever host ran the check. Hosts with no refusal are not in it."""
+    command line of that host (their argvs are keyed "HOST NAME"), joined by a space}: each host whose flags were
+    refused fails on its own, whichever host ran the check. Hosts with no refusal are not in it."""
     refused = {}
     for r in results or []:
         if not isinstance(r, dict):
             continue
         for host in dict.fromkeys(str(name).split(" ", 1)[0] for name in (r.get("problems") or {})):
             refused.setdefault(host, []).append(r.get("msg", ""))
-    return refused
+    return {host: " ".join(messages) for host, messages in refused.items()}
+
+
+def deployment(looks):
+    """The deployment's plans joined once per run: LOOKS {host: what its host_plan returned (registered; {} where it
+    did not run)} -> {units, deployed, venv_ready, bind, lines: {host: ...} (lines only of hosts with some), retired:
+    every host's retired units}."""
+    looks = {host: look if isinstance(look, dict) else {} for host, look in (looks or {}).items()}
+    planned = {host: look.get("plan") or {} for host, look in looks.items()}
+    return {
+        "units": {host: list(p.get("units") or []) for host, p in planned.items()},
+        "deployed": {host: look.get("records") or {} for host, look in looks.items()},
+        "venv_ready": {host: look.get("exists") or {} for host, look in looks.items()},
+        "bind": {host: look.get("bind") or {} for host, look in looks.items()},
+        "lines": {host: list(look["lines"]) for host, look in looks.items() if look.get("lines")},
+        "retired": [unit for p in planned.values() for unit in p.get("retired") or []],
+    }

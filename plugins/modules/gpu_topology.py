@@ -184,7 +184,9 @@ ansible_facts:
           description: Why there are zero GPUs; null when GPUs were found.
           returned: always
           type: str
-          sample: "no GPU found: nvml: pynvml not importable (...); nvidia-smi: not found on PATH"
+          sample: >-
+            no GPU found: nvml: NVML did not initialise (libnvidia-ml.so.1 does not load: ...); nvidia-smi: not
+            found on PATH
 """
 
 from ansible.module_utils.basic import AnsibleModule

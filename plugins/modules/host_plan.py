@@ -50,8 +50,10 @@ attributes:
     support: none
     description: Nothing to diff.
   facts:
-    support: full
-    description: Returns the look's C(gpu_topology) fact with O(topology).
+    support: none
+    description: >-
+      The topology read with O(topology) is planned on, not returned as the fact C(gpu_topology) (the role
+      disagg.sglang.sglang_topology sets it).
 seealso:
   - module: disagg.sglang.host_look
 """
@@ -100,9 +102,5 @@ venv_paths:
   description: >-
     This run's venvs (C(sglang_deps_venv_paths)) - named here where they were not defined yet, else as they were.
   returned: when the checks before the look passed
-  type: dict
-ansible_facts:
-  description: C(gpu_topology), as M(disagg.sglang.gpu_topology) returns it.
-  returned: with O(topology), on a worker host
   type: dict
 """

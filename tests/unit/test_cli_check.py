@@ -662,10 +662,10 @@ def test_a_refused_command_line_fails_the_host_it_belongs_to_not_the_host_that_c
                "item": {"delegate": "clm-2", "hosts": ["clm-2", "clm-3", "clm-4"]}}  # fmt: skip
     accepted = {"msg": "2 command line(s) accepted", "problems": {}, "item": {"delegate": "clm-2"}}
     results = [refused, accepted, {"skipped": True}]
-    assert plan_rules.cli_refusals(results) == {"clm-3": ["sglang refuses clm-3 decode0: --no-such-flag"]}
+    assert plan_rules.cli_refusals(results) == {"clm-3": "sglang refuses clm-3 decode0: --no-such-flag"}
     # a host whose name starts like another's is not it; one check that refused two lines of a host names it once
     twice = {"msg": "sglang refuses clm-3x p0, clm-3x p1", "problems": {"clm-3x p0": ["a"], "clm-3x p1": ["b"]}}
-    assert plan_rules.cli_refusals([*results, twice]) == {
-        "clm-3": ["sglang refuses clm-3 decode0: --no-such-flag"],
-        "clm-3x": ["sglang refuses clm-3x p0, clm-3x p1"],
+    assert plan_rules.cli_refusals([*results, twice, refused]) == {
+        "clm-3": "sglang refuses clm-3 decode0: --no-such-flag sglang refuses clm-3 decode0: --no-such-flag",
+        "clm-3x": "sglang refuses clm-3x p0, clm-3x p1",
     }

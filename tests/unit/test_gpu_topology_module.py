@@ -12,7 +12,7 @@ import topology_fakes as tf
 import yaml
 from ansible.errors import AnsibleError
 from ansible.module_utils import testing
-from ansible_collections.disagg.sglang.plugins.module_utils import plan, plan_inputs
+from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology, plan, plan_inputs
 from ansible_collections.disagg.sglang.plugins.modules import gpu_topology as module
 from ansible_collections.disagg.sglang.plugins.modules import host_look as look_module
 
@@ -187,7 +187,7 @@ def plan_through_ansible(tmp_path, smi, sysfs_root, named=True, **changed):
     head, sep, body = proc.stdout.partition("=> ")
     assert sep, proc.stdout + proc.stderr
     result = json.loads(body)
-    facts = (result.get("ansible_facts") or {}).get("gpu_topology")
+    facts = read_topology(sysfs_root, smi) if "plan" in result else None  # what the look read, read here again
     r = Resolved(variables, v)
     roles = plan_inputs.worker_roles(r, ["prefill", "decode"])
     found = plan_inputs.profile_file(r.get("sglang_profile"), "", str(REPO / "profiles"))
@@ -203,10 +203,23 @@ def plan_through_ansible(tmp_path, smi, sysfs_root, named=True, **changed):
     return expect, head.strip(), result
 
 
+def read_topology(sysfs_root, smi):
+    """The topology as the look reads it (gpu_topology.read, the same code), for the plan the test expects."""
+
+    def run_command(argv, environ_update=None):
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, env={**os.environ, **environ_update})
+        return proc.returncode, proc.stdout, proc.stderr
+
+    facts, error = gpu_topology.read(sysfs_root, smi, run_command=run_command, get_bin_path=lambda *_a, **_k: None)
+    assert error is None, error
+    return facts
+
+
 def test_host_plan_plans_what_the_filter_plans_on_what_the_look_read(host, tmp_path):
     expect, status, result = plan_through_ansible(tmp_path, host["smi"], host["root"])
     assert status == f"{HOST} | SUCCESS" and result["changed"] is False and result["records"] == {}, result
-    assert len(result["ansible_facts"]["gpu_topology"]["gpus"]) == 8
+    # the topology is planned on, not returned as a fact (the topology role sets gpu_topology)
+    assert "ansible_facts" not in result and len(read_topology(host["root"], host["smi"])["gpus"]) == 8
     # the sandbox inventory's prefill and decode on the fake 8-GPU box
     assert result["plan"] == expect and [u["role"] for u in expect["units"]] == ["prefill", "decode"]
     assert result["lines"] == expect["warnings"] + plan.placement_lines(expect["units"])
@@ -234,7 +247,7 @@ def test_host_plan_fails_naming_a_host_that_shows_no_gpu_then_the_other_problems
     assert status.endswith("FAILED!")
     assert result["msg"].startswith(f"{HOST} shows no GPU (")
     assert "set sglang_topology_nvidia_smi_path. sglang_profile 'llama_sm90' is not a shipped profile" in result["msg"]
-    assert result["ansible_facts"]["gpu_topology"]["gpus"] == []
+    assert "ansible_facts" not in result and "plan" in result
 
 
 def test_host_plan_fails_with_the_looks_own_message(tmp_path):
@@ -255,8 +268,8 @@ def test_host_plan_checks_the_dependency_lists_first_where_no_venvs_are_named(ho
     bad = {"sglang_deps_packages": unpinned, "sglang_health_timeout": "soon"}
     _inputs, status, result = plan_through_ansible(tmp_path, "/bin/false", str(tmp_path), named=False, **bad)
     assert status.endswith("FAILED!") and "sglang_deps_packages" in result["msg"] and "==" in result["msg"], result
-    # the dependency lists fail first: no look ran (no topology fact), the variable table was not reached
-    assert "ansible_facts" not in result and "sglang_health_timeout" not in result["msg"]
+    # the dependency lists fail first: no look ran (nothing it reads), the variable table was not reached
+    assert "paths" not in result and "sglang_health_timeout" not in result["msg"]
     bad = {"sglang_health_timeout": "soon"}
     _inputs, status, result = plan_through_ansible(tmp_path, "/bin/false", str(tmp_path), named=False, **bad)
-    assert status.endswith("FAILED!") and "sglang_health_timeout" in result["msg"] and "ansible_facts" not in result
+    assert status.endswith("FAILED!") and "sglang_health_timeout" in result["msg"] and "paths" not in result

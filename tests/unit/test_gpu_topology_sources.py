@@ -270,3 +270,28 @@ def test_without_the_venv_the_interpreters_import_error_stands(tmp_path):
         nv.venv_pynvml_loader(str(tmp_path / "none"), load=lambda: importlib.import_module("fake_pynvml_nowhere"))()
     own = object()
     assert nv.venv_pynvml_loader(str(tmp_path / "none"), load=lambda: own)() is own  # the interpreter's own first
+
+
+def test_nvml_library_first_skips_pynvml_where_the_library_does_not_load(tmp_path):
+    """library_first (what the modules use): the NVML library is loaded first as pynvml's nvmlInit loads it, and
+    pynvml is imported only where it loads; where it does not, nvidia-smi answers and the skip names the library."""
+    imported = []
+
+    def loader():
+        imported.append(True)
+        return tf.no_nvml()
+
+    def no_library(name):
+        raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+
+    facts = gt.gather(sysfs_root=sysfs(tmp_path), nvidia_smi_path="/usr/bin/nvidia-smi", runner=smi(),
+                      nvml_loader=nv.library_first(loader, no_library))  # fmt: skip
+    assert imported == [] and len(facts["gpus"]) > 0 and facts["sources"]["gpus"] == ["nvidia-smi"]
+    assert facts["sources"]["skipped"] == [
+        "nvml: NVML did not initialise (libnvidia-ml.so.1 does not load: "
+        "libnvidia-ml.so.1: cannot open shared object file: No such file or directory)"
+    ]
+    loaded = []
+    with pytest.raises(ModuleNotFoundError):  # the library loads: the loader runs (here one without pynvml)
+        nv.library_first(loader, loaded.append)()
+    assert loaded == ["libnvidia-ml.so.1"] and imported == [True]
