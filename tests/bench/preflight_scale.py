@@ -78,7 +78,7 @@ def write_inventory(root, hosts, box):
                 "-c",
                 "import sys, json, yaml; print(json.dumps(yaml.safe_load(sys.stdin)))",
             ],
-            input=(REPO / "roles" / "sglang_deps" / "defaults" / "main.yml").read_text(),
+            input=(REPO / "roles" / "sglang" / "defaults" / "main.yml").read_text(),
             capture_output=True,
             text=True,
             check=True,
