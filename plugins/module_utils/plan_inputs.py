@@ -47,6 +47,15 @@ USER_VARS = ("sglang_unit_dir", "sglang_gpu_groups", "sglang_deps_wheelhouse")
 # what the deps checks and the venvs' names read beyond the deps role's own variables
 DEPS_ALSO = ("sglang_server_module", "sglang_router_impl", "sglang_venvs_dir", *variables.REMOVED)
 WORKER_ROLES = ("prefill", "decode")
+# the venvs' package lists, their Python and the wheelhouse: shared defaults (roles/sglang), which the deps role builds
+LISTS = (
+    "sglang_deps_python",
+    "sglang_deps_packages",
+    "sglang_deps_packages_nodeps",
+    "sglang_deps_router_impl_packages",
+    "sglang_deps_router_packages",
+    "sglang_deps_wheelhouse",
+)
 
 
 def colocated(groups):
@@ -121,14 +130,16 @@ def settings_names():
 
 def deps_names():
     """The variables deps_problems() and venv_paths() read."""
-    return [*variables.names("sglang_deps"), *DEPS_ALSO]
+    return [*variables.names("sglang_deps"), *LISTS, *DEPS_ALSO]
 
 
 def deps_problems(v, group_names):
     """The dependency checks of a host, in order, each only where the one before found nothing (the later ones read
     what the earlier ones check): the deps role's variables against the variable table, the package lists, the
     variables no longer read."""
-    problems = variables.variable_problems("sglang_deps", {n: v[n] for n in variables.names("sglang_deps") if n in v})
+    # the deps role's own variables, and the package lists (shared defaults: the internal role's rows of the table)
+    problems = [p for role, names in (("sglang_deps", variables.names("sglang_deps")), ("sglang", LISTS))
+                for p in variables.variable_problems(role, {n: v[n] for n in names if n in v})]  # fmt: skip
     if problems:
         return problems
     packages = v.get("sglang_deps_packages")

@@ -93,14 +93,15 @@ VARIABLES = {
     "sglang_kv_probe": _v(S, "bool"),
     "sglang_kv_probe_mib": _v(S, "int", (1, 65536), "MiB moved by the probe"),
     "sglang_kv_min_gbps": _v(S, "float", (0, 10000), "GB/s, 0 for no floor"),
-    # roles/sglang_deps
-    "sglang_deps_python": _v(D, "str"),
+    # roles/sglang_deps; the venvs' lists, their Python and the wheelhouse are shared defaults (roles/sglang): the
+    # preflight checks them and names the venvs before the deps role runs
+    "sglang_deps_python": _v(S, "str"),
     "sglang_deps_os_packages": _v(D, "list_of_str"),
-    "sglang_deps_packages": _v(D, "list"),
-    "sglang_deps_packages_nodeps": _v(D, "list"),
-    "sglang_deps_router_impl_packages": _v(D, "map", what="the router's packages for each sglang_router_impl"),
-    "sglang_deps_router_packages": _v(D, "list"),
-    "sglang_deps_wheelhouse": _v(D, "path_or_empty"),
+    "sglang_deps_packages": _v(S, "list"),
+    "sglang_deps_packages_nodeps": _v(S, "list"),
+    "sglang_deps_router_impl_packages": _v(S, "map", what="the router's packages for each sglang_router_impl"),
+    "sglang_deps_router_packages": _v(S, "list"),
+    "sglang_deps_wheelhouse": _v(S, "path_or_empty"),
     "sglang_deps_nixl_backend": _v(D, "str"),
     # roles/sglang_topology
     "sglang_topology_sysfs_root": _v(S, "path"),
