@@ -155,14 +155,14 @@ HOST = "pytest-badinv-1"
 
 def plan_through_ansible(tmp_path, smi, sysfs_root, named=True, **changed):
     """host_plan with topology on HOST; CHANGED: variables set beside the sandbox inventory's (the model directory
-    one that exists outside the trees the units cannot see); NAMED: whether this
+    one that exists outside the trees the units cannot see, wherever the checkout lies); NAMED: whether this
     run's venvs are named already (a public role after the deps role), else host_plan checks the dependency lists and
     names them (site.yml's preflight). Returns (the plan the same inputs get from plan.host_plan, the status such as
     "HOST | SUCCESS", the result)."""
     from inventory_vars import Resolved, host_vars  # noqa: PLC0415 (the sandbox inventory's variables, templated)
 
     extra = {"sglang_topology_nvidia_smi_path": smi, "sglang_topology_sysfs_root": sysfs_root,
-             "sglang_record_dir": str(tmp_path / "records"), "sglang_model_path": str(REPO / "profiles"),
+             "sglang_record_dir": str(tmp_path / "records"), "sglang_model_path": "/usr/share",
              "sglang_deps_wheelhouse": "", **changed}  # fmt: skip
     _templar, variables, v = host_vars(host=HOST, extra=extra)
     values = {}
