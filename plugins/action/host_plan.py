@@ -16,7 +16,7 @@ import os
 import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.disagg.sglang.plugins.module_utils import plan, plan_inputs, rules, variables
+from ansible_collections.disagg.sglang.plugins.module_utils import plan, plan_inputs, rules
 from ansible_collections.disagg.sglang.plugins.plugin_utils import lean_module
 
 # what host_look returns, returned as it returns it (the preflight registers it: the router's plan and the
@@ -82,8 +82,7 @@ class ActionModule(ActionBase):
         named = "sglang_deps_venv_paths" in v
         problems = [] if named else plan_inputs.deps_problems(v, group_names)
         if not problems and args.get("variables"):
-            role = args["variables"]
-            problems = variables.variable_problems(role, {n: v[n] for n in variables.names(role) if n in v})
+            problems = plan_inputs.table_problems(v, args["variables"])
         if problems:
             return self._fail(result, problems)
         venv_paths = dict(v["sglang_deps_venv_paths"] or {}) if named else plan_inputs.venv_paths(v)

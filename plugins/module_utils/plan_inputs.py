@@ -46,7 +46,7 @@ SECRETS = ("sglang_hf_token", "sglang_router_api_key", "sglang_worker_api_key")
 USER_VARS = ("sglang_unit_dir", "sglang_gpu_groups", "sglang_deps_wheelhouse")
 # what the deps checks and the venvs' names read beyond the deps role's own variables
 DEPS_ALSO = ("sglang_server_module", "sglang_router_impl", "sglang_venvs_dir", *variables.REMOVED)
-WORKER_ROLES = ("prefill", "decode")
+WORKER_ROLES = plan.WORKER_ROLES
 # the venvs' package lists, their Python and the wheelhouse: shared defaults (roles/sglang), which the deps role builds
 LISTS = (
     "sglang_deps_python",
@@ -133,13 +133,18 @@ def deps_names():
     return [*variables.names("sglang_deps"), *LISTS, *DEPS_ALSO]
 
 
+def table_problems(v, role, names=None):
+    """ROLE's defined variables among NAMES (default: all of ROLE's) against the collection's variable table."""
+    names = variables.names(role) if names is None else names
+    return variables.variable_problems(role, {n: v[n] for n in names if n in v})
+
+
 def deps_problems(v, group_names):
     """The dependency checks of a host, in order, each only where the one before found nothing (the later ones read
     what the earlier ones check): the deps role's variables against the variable table, the package lists, the
     variables no longer read."""
     # the deps role's own variables, and the package lists (shared defaults: the internal role's rows of the table)
-    problems = [p for role, names in (("sglang_deps", variables.names("sglang_deps")), ("sglang", LISTS))
-                for p in variables.variable_problems(role, {n: v[n] for n in names if n in v})]  # fmt: skip
+    problems = table_problems(v, "sglang_deps") + table_problems(v, "sglang", LISTS)
     if problems:
         return problems
     packages = v.get("sglang_deps_packages")
@@ -195,7 +200,8 @@ def host_look(v, roles, venv_paths, read_topology):
 
 def host_plan(v, context, venv_paths, profile):
     """The input of plan.host_plan without what the look reads. CONTEXT: {host, group_names, colocated, topology
-    (the gpu_topology fact a public role's topology step set, else None)}. PROFILE: {path, content, name}."""
+    (the gpu_topology fact a public role's topology step set, else None)}. PROFILE: {path, content} (the action's
+    read_profile)."""
     roles = worker_roles(v, context["group_names"])
     return {
         "host": context["host"],

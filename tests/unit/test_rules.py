@@ -78,11 +78,11 @@ def preflight(
     host lacks; listeners: {port: owner} already listening on the host."""
     _templar, variables, v = host_vars(inventory=inventory, groups=groups, extra=extra, host_extra=host_extra)
 
+    values = Resolved(variables, v)
+
     def table(role):
         """The role's step that checks its defined variables against module_utils/variables.py."""
-        return lambda: vt.variable_problems(role, {n: v(n) for n in vt.names(role) if n in variables})
-
-    values = Resolved(variables, v)
+        return lambda: plan_inputs.table_problems(values, role)
     worker_roles = plan_inputs.worker_roles(values, list(groups))
     # the preflight's dependency checks (host_plan, where no venvs are named yet)
     stages = [lambda: plan_inputs.deps_problems(values, list(groups))]
