@@ -83,6 +83,7 @@ def preflight(
     def table(role):
         """The role's step that checks its defined variables against module_utils/variables.py."""
         return lambda: plan_inputs.table_problems(values, role)
+
     worker_roles = plan_inputs.worker_roles(values, list(groups))
     # the preflight's dependency checks (host_plan, where no venvs are named yet)
     stages = [lambda: plan_inputs.deps_problems(values, list(groups))]
