@@ -585,7 +585,9 @@ def test_scale_in_scale_out_and_rename_under_load(cluster, router_impl, capsys):
             unit, host = retired.split("@")
             journal = on(host, f"journalctl -u {unit}.service -o cat --since @{int(since)}", timeout=60)
             exits = faults.lifecycle_lines(journal)
-            assert exits, f"{name}: {retired} wrote no record at exit"
+            # on failure: how the process ended (systemd's lines: a stop that timed out is a SIGKILL, no record)
+            assert exits, (f"{name}: {retired} wrote no record at exit:\n"
+                           + "\n".join(ln for ln in journal.splitlines() if " http " not in ln)[-3000:])  # fmt: skip
             moment = exits[-1]["sigterm"]["time"]
         else:
             url = worker_url(cluster, "sglang-decode1", decode1_host)

@@ -7,12 +7,18 @@
 - the prefill waits for its decode to connect for the room (prefill.py pop_bootstrapped) up to
   SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, holding no KV meanwhile;
 - a decode that connected and then vanished before the transfer: mooncake fails and frees the room's KV,
-  NIXL keeps it in the pool until the prefill restarts (nixl/conn.py check_status, _await_handles).
+  NIXL keeps it in the pool while its client waits (nixl/conn.py check_status, _await_handles);
+- a request whose HTTP client hung up is aborted at the tokenizer's next check (tokenizer_manager.py
+  _stream_one_response, every SGLANG_REQUEST_STATE_WAIT_TIMEOUT = 4 s): out of the bootstrap queue, a stranded
+  NIXL room failed and its KV freed, and a SIGTERM drain no longer waits for it.
 Every wait is bounded (a few seconds each).
 """
 
 from __future__ import annotations
 
+import json
+import signal
+import socket
 import sys
 import threading
 import time
@@ -145,12 +151,27 @@ def room_entry(prefill, room: int) -> dict:
     return next((e for e in entries if e["bootstrap_room"] == room), {})
 
 
-def connect_then_kill_decode(sims, backend: str, room: int):
+def post_open(sim, body: dict) -> socket.socket:
+    """POST /generate on a connection of its own, left open: the caller reads the answer or hangs up."""
+    data = json.dumps(body).encode()
+    conn = socket.create_connection(("127.0.0.1", sim.port), timeout=5)
+    conn.sendall(b"POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(data), data))  # fmt: skip
+    return conn
+
+
+def connect_then_kill_decode(sims, backend: str, room: int, *, own_connection: bool = False):
+    """A prefill whose decode connected for ROOM and died before the transfer; the prefill's client is still
+    waiting (its connection open: a client that hung up has its request aborted, as in sglang). Returns the
+    prefill and its client: a thread's answer, or with OWN_CONNECTION the open socket (post_open)."""
     env = {"SGLANG_SIM_PREFILL_LATENCY": "3.5", "SGLANG_SIM_HANDOFF_TIMEOUT": "30"}
     prefill = sims.start("prefill", "--enable-metrics", "--disaggregation-transfer-backend", backend, env=env)
     decode = sims.start("decode", "--disaggregation-transfer-backend", backend, env=env)
     body = body_for(prefill, room)
-    on_prefill = in_thread(http, "POST", prefill.url("/generate"), body, timeout=8)
+    if own_connection:
+        on_prefill = post_open(prefill, body)
+    else:
+        on_prefill = in_thread(http, "POST", prefill.url("/generate"), body, timeout=60)
     in_thread(http, "POST", decode.url("/generate"), body, timeout=8)
     deadline = time.monotonic() + 3
     while not room_entry(prefill, room).get("connected_at"):
@@ -183,10 +204,65 @@ def test_nixl_strands_kv_of_a_decode_gone_before_transfer(sims):
     assert gauge(prefill, "sglang:num_prefill_inflight_queue_reqs") == 1.0
     assert gauge(prefill, "sglang:num_running_reqs") == 0.0
     first = prefill.metrics_text()
-    on_prefill["thread"].join(10)
-    assert "answer" not in on_prefill and isinstance(on_prefill["error"], TimeoutError)  # ... no answer in 8 s
-    assert gauge(prefill, "sglang:token_usage") > 0.0  # still held: only a restart frees it
+    on_prefill["thread"].join(6)
+    assert on_prefill["thread"].is_alive() and "answer" not in on_prefill  # ... no answer while its client waits
+    assert gauge(prefill, "sglang:token_usage") > 0.0  # still held: only a restart, or an abort, frees it
     assert prom_text.stranded_tokens(first, prefill.metrics_text()) == gauge(prefill, "sglang:num_used_tokens") > 0
+
+
+# --- 5. a client that hung up: its request is aborted at the tokenizer's next check ---------------------------
+
+
+def wait_gauge(sim, name: str, value: float, timeout: float) -> float:
+    """Seconds until the gauge NAME reads VALUE (at most TIMEOUT)."""
+    t0 = time.monotonic()
+    while gauge(sim, name) != value:
+        assert time.monotonic() - t0 < timeout, f"{name} still {gauge(sim, name)} after {timeout} s"
+        time.sleep(0.1)
+    return time.monotonic() - t0
+
+
+def test_a_request_whose_client_hung_up_leaves_the_bootstrap_queue_and_the_drain(sims):
+    # the default check period (4 s), as sglang; a watchdog period short enough to see the drain end at once
+    prefill = sims.start("prefill", "--enable-metrics", env={"SGLANG_SIM_DRAIN_POLL": "0.2"})
+    t0 = time.monotonic()
+    waiting = post_open(prefill, body_for(prefill, 31))  # no decode ever connects for room 31
+    wait_gauge(prefill, "sglang:num_prefill_bootstrap_queue_reqs", 1.0, 3)
+    kept = post_open(prefill, body_for(prefill, 32))  # its client stays
+    waiting.close()
+    wait_gauge(prefill, "sglang:num_prefill_bootstrap_queue_reqs", 1.0, 8)
+    # not at once: at the tokenizer's first check, SGLANG_REQUEST_STATE_WAIT_TIMEOUT (4 s) after the request began
+    assert 3.5 < time.monotonic() - t0 < 8
+    assert gauge(prefill, "sglang:num_aborted_requests_total") == 1.0
+    assert "Request is disconnected from the client side" in prefill.log()
+    kept.close()
+    wait_gauge(prefill, "sglang:num_prefill_bootstrap_queue_reqs", 0.0, 6)
+    assert gauge(prefill, "sglang:num_aborted_requests_total") == 2.0
+    assert gauge(prefill, "sglang:num_bootstrap_failed_reqs_total") == 0.0  # aborted, not timed out
+    # nothing left for a SIGTERM to wait for: the watchdog's first look ends the process, with its record
+    prefill.popen.send_signal(signal.SIGTERM)
+    assert prefill.popen.wait(5) == 0
+    exit_line = [ln for ln in prefill.log().splitlines() if "sim_lifecycle=" in ln][-1]
+    record = json.loads(exit_line.split("sim_lifecycle=", 1)[1])
+    assert record["exit"]["reason"] == "drained" and record["sigterm"]["in_flight"] == 0, record
+    assert [(r["completed"], r["end"] is not None) for r in record["requests"]] == [(False, True)] * 2, record
+
+
+def test_a_stranded_nixl_room_whose_client_hung_up_fails_and_frees_its_kv(sims):
+    prefill, connection = connect_then_kill_decode(sims, "nixl", 79, own_connection=True)
+    deadline = time.monotonic() + 6
+    while room_entry(prefill, 79).get("state") != "stranded":
+        assert time.monotonic() < deadline, "the prefill never reached the transfer"
+        time.sleep(0.05)
+    assert gauge(prefill, "sglang:num_prefill_inflight_queue_reqs") == 1.0
+    assert gauge(prefill, "sglang:num_used_tokens") > 0
+    connection.close()
+    # the abort fails the sender (common/conn.py CommonKVSender.abort: KVPoll.Failed), and prefill.py's in-flight
+    # queue releases the request's KV (handle_inflight_transfer_failure)
+    wait_gauge(prefill, "sglang:num_prefill_inflight_queue_reqs", 0.0, 6)
+    assert gauge(prefill, "sglang:num_used_tokens") == 0.0 and gauge(prefill, "sglang:token_usage") == 0.0
+    assert room_entry(prefill, 79)["state"] == "failed"
+    assert gauge(prefill, "sglang:num_aborted_requests_total") == 1.0
 
 
 # --- load reports (sglang/srt/entrypoints/v1_loads.py; what SMG's load poll reads) --------------------------------

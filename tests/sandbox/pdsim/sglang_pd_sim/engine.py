@@ -55,16 +55,24 @@ class Engine:
 
     # --- prefill -------------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def prefill(self, input_tokens: int, stop: threading.Event | None = None):
-        """Wait in the prefill queue, then hold a slot for the prefill's duration. Yields the seconds queued."""
+    def prefill(self, input_tokens: int, stop: threading.Event | None = None, check=None):
+        """Wait in the prefill queue, then hold a slot for the prefill's duration. Yields the seconds queued.
+        CHECK, called while the request waits in the queue, may raise to take it out (an abort)."""
         slots = self.knobs.prefill_slots
         t0 = time.monotonic()
         with self.cond:
             ticket = self.next_ticket
             self.next_ticket += 1
             self.queue.append(ticket)
-            while self.queue[0] != ticket or (slots > 0 and self.prefilling >= slots):
-                self.cond.wait(0.5)
+            try:
+                while self.queue[0] != ticket or (slots > 0 and self.prefilling >= slots):
+                    if check is not None:
+                        check()
+                    self.cond.wait(0.5)
+            except BaseException:
+                self.queue.remove(ticket)
+                self.cond.notify_all()
+                raise
             self.queue.popleft()
             self.prefilling += 1
             self.kv_used += input_tokens

@@ -108,6 +108,7 @@ class GenerationMixin(HandoffMixin):
         with st.lock:
             st.inflight += 1
         t0 = time.time()
+        self.start_client_checks()
         held = 0  # null mode: KV tokens its prefill left in the pool for the decode steps
         try:
             st.life.wait_scheduler(st.stop)  # lifecycle.py: a stalled scheduler takes nothing in
@@ -120,7 +121,7 @@ class GenerationMixin(HandoffMixin):
                     except HandoffError as exc:
                         self.handoff_failed(kind, exc, input_tokens, t0, stream)
                         return
-                with st.engine.prefill(input_tokens, st.stop) as queued:
+                with st.engine.prefill(input_tokens, st.stop, self.abort_if_client_gone) as queued:
                     st.metrics.queued(queued)
                 st.life.wait_scheduler(st.stop)  # a prefill that ran into a stall sends nothing
                 if st.role == "prefill":
@@ -223,6 +224,7 @@ class GenerationMixin(HandoffMixin):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or st.stop.is_set():
                     break
+                self.abort_if_client_gone()
                 st.kv_changed.wait(min(remaining, 0.5))
         room = next(r for r in rooms if not (st.kv.get(r) or {}).get("connected_at"))
         raise HandoffError(
@@ -297,8 +299,18 @@ class GenerationMixin(HandoffMixin):
             self._note = "kv-stranded"
             # prefill.py keeps the request in its in-flight (transfer) queue: sglang:num_prefill_inflight_queue_reqs
             # counts it for good, as it does in sglang
-            with st.engine.transfer():
-                st.stop.wait()  # never concluded: only a restart (the process ending) frees it
+            # never concluded: only a restart (the process ending) frees it, or an abort (its client gone: the
+            # scheduler's abort_request aborts the sender, KVPoll.Failed, and hand_off frees the KV)
+            try:
+                with st.engine.transfer():
+                    while not st.stop.wait(0.5):
+                        self.abort_if_client_gone()
+            except ClientGone:
+                with st.lock:
+                    for r in rooms:
+                        if r in st.kv:
+                            st.kv[r]["state"] = "failed"
+                raise
             raise StrandedKV(room)
         raise HandoffError(
             f"KVTransferError(bootstrap_room={room}): Failed to send kv chunk of {room}: Decode instance could be "
@@ -352,6 +364,7 @@ class GenerationMixin(HandoffMixin):
         last = None
         for i in range(n):
             st.life.wait_scheduler(st.stop)  # lifecycle.py: no step while the scheduler is stalled
+            self.abort_if_client_gone()
             if st.role != "prefill":
                 st.engine.step(held, items)
             st.life.scheduler_output()  # tokenizer_manager.py handle_loop: last_receive_tstamp

@@ -67,6 +67,7 @@ class HandoffMixin(BaseHandler):
                     ) from exc
                 time.sleep(POLL_INTERVAL)
         while True:
+            self.abort_if_client_gone()  # the decode's request waits in its prealloc / transfer queue
             wait = max(0.0, min(1.0, deadline - time.monotonic()))  # long-poll: answered as soon as KV lands
             url = f"http://{netloc}/sim/kv/{room}?wait={wait:.3f}"
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import socket
 import sys
 import time
@@ -18,8 +19,17 @@ from sglang_pd_sim.state import SimState, as_room, loads
 log = logging.getLogger("sglang_pd_sim")
 
 
+def request_state_wait_timeout() -> float:
+    """sglang's SGLANG_REQUEST_STATE_WAIT_TIMEOUT (sglang/srt/environ.py, EnvInt(4)): how often the tokenizer
+    manager, waiting for a request's next output, asks whether its HTTP client is still there."""
+    try:
+        return max(0.1, float(os.environ.get("SGLANG_REQUEST_STATE_WAIT_TIMEOUT") or 4))
+    except ValueError:
+        return 4.0
+
+
 class ClientGone(Exception):
-    """The client closed the connection mid-stream."""
+    """The client closed the connection: mid-stream, or while its request waited (abort_if_client_gone)."""
 
 
 class SimHTTPServer(ThreadingHTTPServer):
@@ -64,6 +74,37 @@ class BaseHandler(BaseHTTPRequestHandler):
         self._first_token_at = None  # generation: when the first token was produced
         self._finished = False  # generation: the request ran to its end (a later disconnect is no abort)
         self._settled = False  # its record and lifecycle entry are written (settle)
+
+    def client_gone(self) -> bool:
+        """Has the client closed its connection (end of stream or reset), asked without reading from it? What
+        starlette's `Request.is_disconnected()` tells sglang's tokenizer manager."""
+        try:
+            readable, _unused, _unused = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
+    def start_client_checks(self) -> None:
+        """A generation begins: its first client check is one SGLANG_REQUEST_STATE_WAIT_TIMEOUT from now."""
+        self._client_check_at = time.monotonic() + request_state_wait_timeout()
+
+    def abort_if_client_gone(self) -> None:
+        """sglang/srt/managers/tokenizer_manager.py `_stream_one_response` (0.5.23): while a request waits for its
+        next output, every SGLANG_REQUEST_STATE_WAIT_TIMEOUT seconds the tokenizer asks whether the HTTP client
+        disconnected; if so it aborts the request (`abort_request` -> the scheduler's `abort_request` takes it out
+        of its waiting queue, or aborts a prefill's KV sender in the bootstrap or in-flight queue: the room fails
+        and its KV is freed) and ends the call ("Request is disconnected from the client side"). The request then
+        leaves rid_to_state, so a SIGTERM drain no longer waits for it. Raises ClientGone (counted as aborted,
+        generation()). Called from the waits of a generation; a stalled scheduler (lifecycle.py) never gets the
+        abort, so the waits on a stall do not call it."""
+        now = time.monotonic()
+        if now < self._client_check_at:
+            return
+        self._client_check_at = now + request_state_wait_timeout()
+        if self.client_gone():
+            log.info("Request is disconnected from the client side. Abort request rid=%r", self._rid)
+            self._note = "client-disconnected"
+            raise ClientGone(self._rid)
 
     def send_response(self, code, message=None):
         self._status = code
