@@ -87,6 +87,20 @@ def in_flight(text):
     return round(sum(found)) if found else None
 
 
+def drain_said(left, timeout, where=""):
+    """How an instance taken out of the router drained, in one phrase: LEFT is in_flight()'s reading after the
+    drain wait (0, None or a count), TIMEOUT the wait's seconds, WHERE the metrics page (for "cannot tell")."""
+    if left == 0:
+        return "drained (no request in flight)"
+    if left is None:
+        page = f" at {where}" if where else ""
+        return f"cannot tell (no sglang metrics{page}; sglang drains on SIGTERM itself)"
+    return (
+        f"still {left} request(s) in flight after {timeout} s: sglang drains them on SIGTERM, up to the unit stop "
+        "timeout"
+    )
+
+
 # What a prefill is busy with when its KV is in use for a good reason: computing, waiting, or bootstrapping a decode.
 # A request in its in-flight (transfer) queue is not in this list: a stranded room sits there for good.
 BUSY_SERIES = (

@@ -96,6 +96,23 @@ def test_in_flight_counts_what_a_worker_still_holds(text, want):
     assert prom_text.in_flight(text) == want
 
 
+@pytest.mark.parametrize(
+    ("left", "where", "want"),
+    [
+        (0, "", "drained (no request in flight)"),
+        (None, "", "cannot tell (no sglang metrics; sglang drains on SIGTERM itself)"),
+        (
+            None,
+            "http://h:1/metrics",
+            "cannot tell (no sglang metrics at http://h:1/metrics; sglang drains on SIGTERM itself)",
+        ),
+        (3, "", "still 3 request(s) in flight after 30 s: sglang drains them on SIGTERM, up to the unit stop timeout"),
+    ],
+)
+def test_drain_said_names_how_an_instance_drained(left, where, want):
+    assert prom_text.drain_said(left, 30, where) == want
+
+
 IDLE = f"sglang:num_running_reqs{{{LABELS}}} 0\nsglang:num_queue_reqs{{{LABELS}}} 0"
 
 
