@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-USER_SECTION = "## Using the installed collection"
+USER_SECTION = "## Install"
 ROOT_FILES = {"README", "LICENSE", "CHANGELOG"}
 
 

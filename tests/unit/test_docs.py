@@ -1,9 +1,11 @@
 """ansible-doc renders every module, filter and role of the collection. The names come from the files, so a
-new plugin or role is covered without touching this test."""
+new plugin or role is covered without touching this test. The README stays a user's page: short, the two commands
+of a fresh machine, pipelining in its ansible.cfg, the tags that exist."""
 
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +112,39 @@ def test_the_internal_role_applied_on_its_own_stops_every_host_and_names_the_pub
            if "ok=" in line}  # fmt: skip
     assert ran == {"a"}, f"a host went on past the guard: {proc.stdout[-1500:]}"
     assert "failed=1" in proc.stdout.split("PLAY RECAP", 1)[1]
+
+
+README = REPO / "README.md"
+
+
+def test_the_readme_is_a_users_page_under_250_lines():
+    lines = README.read_text().splitlines()
+    assert len(lines) < 250, f"README.md has {len(lines)} lines: the design belongs in docs/architecture.md"
+
+
+def test_the_readme_gives_a_fresh_machine_exactly_two_commands_make_demo_and_make_test():
+    text = README.read_text()
+    section = text.split("## Two commands", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].strip() for line in block.splitlines() if line.split("#", 1)[0].strip()]
+    assert commands == ["make demo", "make test"], commands
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(r"^demo:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
+
+
+def test_the_readme_turns_on_pipelining_in_its_ansible_cfg():
+    text = README.read_text()
+    ini = text.split("```ini\n", 1)[1].split("```", 1)[0]
+    assert re.search(r"^\[connection\]\npipelining = true$", ini, re.M), ini
+
+
+def test_every_tag_the_readme_names_is_a_tag_of_site_yml():
+    """The README's tag list is exactly the tags of the playbooks site.yml imports (always aside)."""
+    tags = set()
+    for path in [*(REPO / "playbooks").glob("*.yml"), *(REPO / "roles").glob("*/tasks/*.yml")]:
+        for found in re.findall(r"^\s*tags: \[([^\]]*)\]", path.read_text(), re.M):
+            tags |= {t.strip() for t in found.split(",")}
+    tags -= {"always"}
+    line = next(line for line in README.read_text().splitlines() if line.startswith("Tags: "))
+    named = set(re.findall(r"`([a-z_]+)`", line.split(".", 1)[0]))
+    assert named == tags, (sorted(named), sorted(tags))
