@@ -2,10 +2,9 @@
 # Apache License 2.0 (see galaxy.yml)
 """The plan of one host in one task (documentation: plugins/modules/host_plan.py).
 
-On the controller, from the task's variables (module_utils/plan_inputs.py): the dependency checks and this run's
+On the controller, from the task's variables (module_utils/plan/plan_inputs.py): the dependency checks and this run's
 venvs where no venvs are named yet, the variables against the collection's table, and the inputs of the plan. On the
-host: one run of the module disagg.sglang.host_look, lean where Ansible would pipeline it
-(plugins/plugin_utils/lean_module.py: without AnsiballZ's ansible.module_utils.basic). On the controller again:
+host: one run of the module disagg.sglang.host_look, as Ansible runs any module. On the controller again:
 plan.host_plan on what it read, and the host's rules (rules.no_gpu_problems where the look read the topology).
 
 The preflight runs this once per host. The inputs are Python, not the task's arguments: Ansible compiles each
@@ -16,8 +15,7 @@ import os
 import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.disagg.sglang.plugins.module_utils import plan, plan_inputs, rules
-from ansible_collections.disagg.sglang.plugins.plugin_utils import lean_module
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, plan_inputs, rules
 
 # what host_look returns, returned as it returns it (the preflight registers it: the router's plan and the
 # deployment's venv check read it)
@@ -99,7 +97,7 @@ class ActionModule(ActionBase):
         }
         inputs = plan_inputs.host_plan(v, context, venv_paths, read_profile(found))
         look_args = plan_inputs.host_look(v, roles, venv_paths, read_topology)
-        look = lean_module.execute(self, "disagg.sglang.host_look", look_args, task_vars)
+        look = self._execute_module(module_name="disagg.sglang.host_look", module_args=look_args, task_vars=task_vars)
         if look.get("failed"):
             return {**result, **look}
         facts = look.get("ansible_facts") or {}

@@ -1,15 +1,15 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Filters of a deployment over several hosts. Logic: plugins/module_utils/cluster_rules.py, rolling.py."""
+"""Filters of a deployment over several hosts. Logic: plugins/module_utils/plan/cluster_rules.py, rolling.py."""
 
-from ansible_collections.disagg.sglang.plugins.module_utils.lazy import Lazy
+from ansible_collections.disagg.sglang.plugins.module_utils.common.lazy import Lazy
 
-# imported at a filter's first call, not when a template naming one is compiled (module_utils/lazy.py says why)
-cluster_rules = Lazy("cluster_rules")
-rolling = Lazy("rolling")
-rules = Lazy("rules")
-unit_files = Lazy("unit_files")
-units = Lazy("units")
+# imported at a filter's first call, not when a template naming one is compiled (module_utils/common/lazy.py says why)
+cluster_rules = Lazy("plan.cluster_rules")
+rolling = Lazy("units.rolling")
+rules = Lazy("plan.rules")
+unit_files = Lazy("units.unit_files")
+units = Lazy("units.units")
 
 
 def worker_api_key_problems(worker_key, router_key):

@@ -9,10 +9,10 @@ disagg.sglang.drain_said: how a worker out of the router drained, in one phrase 
 
 Documentation: kv_transfer_report.yml, in_flight_requests.yml, stranded_kv_tokens.yml and drain_said.yml beside this
 file. Logic:
-plugins/module_utils/prom_text.py.
+plugins/module_utils/monitoring/prom_text.py.
 """
 
-from ansible_collections.disagg.sglang.plugins.module_utils.prom_text import (
+from ansible_collections.disagg.sglang.plugins.module_utils.monitoring.prom_text import (
     drain_said,
     in_flight,
     kv_transfer_report,

@@ -2,11 +2,11 @@
 # Apache License 2.0 (see galaxy.yml)
 """disagg.sglang.scrape_targets: Prometheus file_sd target groups of the workers and routers.
 
-Documentation: monitoring.yml beside this file. Logic: plugins/module_utils/monitoring.py.
+Documentation: monitoring.yml beside this file. Logic: plugins/module_utils/monitoring/monitoring.py.
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.disagg.sglang.plugins.module_utils.monitoring import MonitoringError, scrape_targets
+from ansible_collections.disagg.sglang.plugins.module_utils.monitoring.monitoring import MonitoringError, scrape_targets
 
 
 def scrape_targets_filter(workers, routers, cluster, addresses=None):

@@ -2,19 +2,19 @@
 # Apache License 2.0 (see galaxy.yml)
 """Filters of the plan: inventory + facts + profile -> unit specs and the problems with them.
 
-Documentation: one YAML file per filter beside this file. Logic: plugins/module_utils/plan.py, rules.py, units.py.
+Documentation: one YAML file per filter beside this file. Logic: plugins/module_utils/plan/plan.py, rules.py, units.py.
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.disagg.sglang.plugins.module_utils.lazy import Lazy
+from ansible_collections.disagg.sglang.plugins.module_utils.common.lazy import Lazy
 
-# imported at a filter's first call, not when a template naming one is compiled (module_utils/lazy.py says why)
-plan = Lazy("plan")
-rules = Lazy("rules")
-variables = Lazy("variables")
-venvs = Lazy("venvs")
-plan_inputs = Lazy("plan_inputs")
-sf = Lazy("sglang_flags")
+# imported at a filter's first call, not when a template naming one is compiled (module_utils/common/lazy.py says why)
+plan = Lazy("plan.plan")
+rules = Lazy("plan.rules")
+variables = Lazy("plan.variables")
+venvs = Lazy("deps.venvs")
+plan_inputs = Lazy("plan.plan_inputs")
+sf = Lazy("units.sglang_flags")
 
 
 def host_plan(inputs):
@@ -146,7 +146,7 @@ def router_verify_args(impl):
 
 
 def variable_pattern(role):
-    """A regular expression matching exactly the names of ROLE's variables in the table (module_utils/variables.py),
+    """A regular expression matching exactly the names of ROLE's variables in the table (plan/variables.py),
     for query('ansible.builtin.varnames', ...): the defined ones."""
     try:
         return "^(" + "|".join(variables.names(role)) + ")$"

@@ -95,10 +95,9 @@ problems:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, service_health
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import cluster_rules
+from ansible_collections.disagg.sglang.plugins.module_utils.units import service_health
 
-# The options, here for AnsibleModule and for the lean runner (plugins/plugin_utils/lean_module.py), which checks
-# them on the controller with the same validator.
 ARGUMENT_SPEC = {
     "bind": {"type": "list", "elements": "str", "default": []},
     "connect": {"type": "list", "elements": "dict", "default": []},

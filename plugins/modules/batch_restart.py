@@ -2,7 +2,7 @@
 # Copyright: disagg.sglang contributors
 # SPDX-License-Identifier: Apache-2.0 (see LICENSE)
 """Drain, restart and wait for the instances of one rolling batch on one host, in one call
-(module_utils/batch_restart)."""
+(module_utils/units/batch_restart)."""
 
 DOCUMENTATION = r"""
 ---
@@ -20,7 +20,7 @@ description:
 options:
   instances:
     description:
-      - The batch's instances on this host, as the rolling plan lists them (module_utils/rolling.py) - each
+      - The batch's instances on this host, as the rolling plan lists them (module_utils/units/rolling.py) - each
         C({unit, health_url, previous, previous_env, previous_record, ...}); the metrics URL is the one beside
         C(health_url), the previous files are removed once the instance is healthy.
     type: list
@@ -115,12 +115,10 @@ healthy:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils.batch_restart import restart_all
-from ansible_collections.disagg.sglang.plugins.module_utils.service_health import journal_tail
-from ansible_collections.disagg.sglang.plugins.module_utils.unit_files import remove
+from ansible_collections.disagg.sglang.plugins.module_utils.units.batch_restart import restart_all
+from ansible_collections.disagg.sglang.plugins.module_utils.units.service_health import journal_tail
+from ansible_collections.disagg.sglang.plugins.module_utils.units.unit_files import remove
 
-# The options, here for AnsibleModule and for the lean runner (plugins/plugin_utils/lean_module.py), which checks
-# them on the controller with the same validator.
 ARGUMENT_SPEC = {
     "instances": {"type": "list", "elements": "dict", "required": True},
     "drain_timeout": {"type": "int", "default": 60},

@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Ansible module disagg.sglang.cli_check (logic: module_utils/cli_check.py, cli_argparse.py, cli_parser_script.py)."""
+"""Ansible module disagg.sglang.cli_check (logic: module_utils/cli/)."""
 
 DOCUMENTATION = r"""
 ---
@@ -218,7 +218,7 @@ msg:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils.cli_check import CheckError, run_check
+from ansible_collections.disagg.sglang.plugins.module_utils.cli.cli_check import CheckError, run_check
 
 # The options of DOCUMENTATION, as AnsibleModule checks them.
 ARGUMENT_SPEC = {

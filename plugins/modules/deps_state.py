@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: disagg.sglang contributors
 # SPDX-License-Identifier: Apache-2.0 (see LICENSE)
-"""Read, in one call, what the deps role would otherwise ask pip and the package manager (module_utils/deps_state)."""
+"""Read, in one call, what the deps role would otherwise ask pip and the package manager (module_utils/deps)."""
 
 DOCUMENTATION = r"""
 ---
@@ -106,7 +106,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils import deps_state, venvs
+from ansible_collections.disagg.sglang.plugins.module_utils.deps import deps_state, venvs
 
 
 def read(path):
@@ -117,8 +117,6 @@ def read(path):
         return None
 
 
-# The options, here for AnsibleModule and for the lean runner (plugins/plugin_utils/lean_module.py), which checks
-# them on the controller with the same validator.
 ARGUMENT_SPEC = {
     "venvs": {"type": "list", "elements": "dict", "default": []},
     "os_packages": {"type": "list", "elements": "str", "default": []},

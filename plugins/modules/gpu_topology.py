@@ -190,7 +190,7 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology import read_for
+from ansible_collections.disagg.sglang.plugins.module_utils.host.gpu_topology import read_for
 
 
 def main():

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: disagg.sglang contributors
 # SPDX-License-Identifier: Apache-2.0 (see LICENSE)
-"""Read what the preflight needs to know of one host, in one module run (the logic: module_utils/host_look)."""
+"""Read what the preflight needs to know of one host, in one module run (the logic: module_utils/host/host_look)."""
 
 DOCUMENTATION = r"""
 ---
@@ -104,10 +104,8 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology, host_look
+from ansible_collections.disagg.sglang.plugins.module_utils.host import gpu_topology, host_look
 
-# The options, here for AnsibleModule and for the lean runner (plugins/plugin_utils/lean_module.py), which checks
-# them on the controller with the same validator.
 ARGUMENT_SPEC = {
     "paths": {"type": "dict", "default": {}},
     "record_dir": {"type": "path"},

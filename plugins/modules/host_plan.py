@@ -12,7 +12,7 @@ author:
   - disagg.sglang maintainers (!UNKNOWN)
 description:
   - The preflight's plan of one host in one task (roles/sglang/tasks/plan.yml). Its inputs are the task's variables,
-    derived on the controller by C(plugins/module_utils/plan_inputs.py) (the collection's roles' defaults, the
+    derived on the controller by C(plugins/module_utils/plan/plan_inputs.py) (the collection's roles' defaults, the
     inventory, extra vars), not options.
   - Where C(sglang_deps_venv_paths) is not defined yet (site.yml's preflight), first the dependency checks (the deps
     role's variables against the variable table, the package lists, the variables no longer read); this run's venvs
@@ -35,7 +35,7 @@ options:
     default: false
   variables:
     description:
-      - A role of the collection's variable table (C(plugins/module_utils/variables.py)) whose variables are checked
+      - A role of the collection's variable table (C(module_utils/plan/variables.py)) whose variables are checked
         from the task's variables (type, range, choices) before the look; the task fails naming every problem.
         Left out, none are.
     type: str

@@ -124,8 +124,8 @@ attributes:
     support: none
     description: Changes nothing on the host, so there is nothing to show.
 notes:
-  - The probe program is C(plugins/module_utils/kv_probe_worker.py), passed to Python with C(-c); parsing and
-    verdict are in C(plugins/module_utils/kv_transport.py), unit-tested on tables captured on an H200
+  - The probe program is C(plugins/module_utils/kv/kv_probe_worker.py), passed to Python with C(-c); parsing and
+    verdict are in C(plugins/module_utils/kv/kv_transport.py), unit-tested on tables captured on an H200
     (C(tests/fixtures/kv_transport)).
   - Pairs across hosts are not probed by this module.
 requirements:
@@ -225,8 +225,8 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils import kv_transport as kt
-from ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology import NVIDIA_SMI_DIRS, gather
+from ansible_collections.disagg.sglang.plugins.module_utils.host.gpu_topology import NVIDIA_SMI_DIRS, gather
+from ansible_collections.disagg.sglang.plugins.module_utils.kv import kv_transport as kt
 
 
 def main():

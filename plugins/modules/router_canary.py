@@ -2,7 +2,7 @@
 # Copyright: disagg.sglang contributors
 # SPDX-License-Identifier: Apache-2.0 (see LICENSE)
 """Send one request through the router between two readings of the workers' /metrics, in one call (the loop and
-the HTTP calls: module_utils/router_canary)."""
+the HTTP calls: module_utils/router/router_canary)."""
 
 DOCUMENTATION = r"""
 ---
@@ -141,10 +141,8 @@ in_flight_before:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils import router_canary
+from ansible_collections.disagg.sglang.plugins.module_utils.router import router_canary
 
-# The options, here for AnsibleModule and for the lean runner (plugins/plugin_utils/lean_module.py), which checks
-# them on the controller with the same validator.
 ARGUMENT_SPEC = {
     "url": {"type": "str", "required": True},
     "api_key": {"type": "str", "default": "", "no_log": True},

@@ -2,7 +2,7 @@
 # Copyright: disagg.sglang contributors
 # SPDX-License-Identifier: Apache-2.0 (see LICENSE)
 """Add workers to a running router, take them out, or make its list the planned one, and wait until it shows it
-(the decisions and the HTTP calls: module_utils/router_api)."""
+(the decisions and the HTTP calls: module_utils/router/router_api)."""
 
 DOCUMENTATION = r"""
 ---
@@ -111,10 +111,8 @@ waited:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils import router_api
+from ansible_collections.disagg.sglang.plugins.module_utils.router import router_api
 
-# The options, here for AnsibleModule and for the lean runner (plugins/plugin_utils/lean_module.py), which checks
-# them on the controller with the same validator.
 ARGUMENT_SPEC = {
     "url": {"type": "str", "required": True},
     "api_key": {"type": "str", "default": "", "no_log": True},

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: disagg.sglang contributors
 # SPDX-License-Identifier: Apache-2.0 (see LICENSE)
-"""Wait a bounded time for a systemd unit to answer its health URL (the decisions: module_utils/service_health)."""
+"""Wait a bounded time for a systemd unit to answer its health URL (module_utils/units/service_health)."""
 
 DOCUMENTATION = r"""
 ---
@@ -113,10 +113,8 @@ services:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils.service_health import journal_tail, wait_all
+from ansible_collections.disagg.sglang.plugins.module_utils.units.service_health import journal_tail, wait_all
 
-# The options, here for AnsibleModule and for the lean runner (plugins/plugin_utils/lean_module.py), which checks
-# them on the controller with the same validator.
 ARGUMENT_SPEC = {
     "unit": {"type": "str"},
     "url": {"type": "str"},

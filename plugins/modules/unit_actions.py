@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: disagg.sglang contributors
 # SPDX-License-Identifier: Apache-2.0 (see LICENSE)
-"""Bring the systemd units of one host to what the run planned, in one call (module_utils/unit_actions)."""
+"""Bring the systemd units of one host to what the run planned, in one call (module_utils/units/unit_actions)."""
 
 DOCUMENTATION = r"""
 ---
@@ -66,10 +66,8 @@ restarts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils.unit_actions import apply
+from ansible_collections.disagg.sglang.plugins.module_utils.units.unit_actions import apply
 
-# The options, here for AnsibleModule and for the lean runner (plugins/plugin_utils/lean_module.py), which checks
-# them on the controller with the same validator.
 ARGUMENT_SPEC = {
     "units": {"type": "list", "elements": "str", "required": True},
     "restart": {"type": "list", "elements": "str", "default": []},

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: disagg.sglang contributors
 # SPDX-License-Identifier: Apache-2.0 (see LICENSE)
-"""Write the files of a host's units in one call (module_utils/unit_files)."""
+"""Write the files of a host's units in one call (module_utils/units/unit_files)."""
 
 DOCUMENTATION = r"""
 ---
@@ -115,8 +115,8 @@ restarts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils import unit_actions
-from ansible_collections.disagg.sglang.plugins.module_utils.unit_files import write
+from ansible_collections.disagg.sglang.plugins.module_utils.units import unit_actions
+from ansible_collections.disagg.sglang.plugins.module_utils.units.unit_files import write
 
 
 def file_options(secret):

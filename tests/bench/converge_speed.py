@@ -11,7 +11,7 @@ P2  no-op converge of one host (sandbox bench-speed, the one-host sandbox invent
     Then the floor of that shape: the same host, one play of one ansible.builtin.ping per task that ran a module and
     one ansible.builtin.set_fact per other task the last no-op run started (median of RUNS), plus the 1 s that
     sglang's /health takes at least; what the run takes beyond it is the collection's own cost. (A ping goes through
-    AnsiballZ; most of the collection's modules run lean, so a run can come close to this floor or below it.)
+    AnsiballZ, as every module of the collection does.)
 P6  rolling overhead per batch (sandbox bench-roll, one host: prefill0 TP4, decode0 and decode1 TP2 each, the router).
     Per run, decode1 alone gets a changed environment variable (its instance's env BENCH_ROLL), so exactly one batch
     rolls. Measured: (a) the playbook's wall time, split into before / the rolling step (rolling.yml and the files it

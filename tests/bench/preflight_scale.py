@@ -17,8 +17,7 @@ does; later runs read it. Each host gets its own loopback advertise address (127
 Beside each size it prints a floor: the same inventory, one play of one task per host that runs the cheapest module
 there is (ansible.builtin.ping), with the same ansible.cfg (forks, pipelining). Every host here is a local connection,
 so every host's module runs on the controller's own cores: what one Ansible module run per host costs on this
-machine. The preflight's look runs lean (plugins/plugin_utils/lean_module.py: no AnsiballZ), so its one run per host
-can cost less than the ping's. --no-floor leaves it out.
+machine. --no-floor leaves it out.
 """
 
 import argparse
@@ -47,7 +46,7 @@ SANDBOX_VARS = REPO / "inventories" / "sandbox" / "group_vars"
 def venv_names(variables):
     """engine-DIGEST and router-DIGEST of the package sets in VARIABLES (as roles/sglang_deps/tasks/venvs.yml names
     them)."""
-    from ansible_collections.disagg.sglang.plugins.module_utils import venvs  # noqa: PLC0415
+    from ansible_collections.disagg.sglang.plugins.module_utils.deps import venvs  # noqa: PLC0415
 
     paths = venvs.venvs(
         {

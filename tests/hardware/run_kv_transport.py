@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collection_path import module_utils, subprocess_runner
 
-kt = module_utils("kv_transport")
-gt = module_utils("gpu_topology")
+kt = module_utils("kv.kv_transport")
+gt = module_utils("host.gpu_topology")
 
 CASES = [
     ("default", {}),

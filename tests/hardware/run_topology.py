@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collection_path import adhoc, module_utils, subprocess_runner  # noqa: E402 (this folder, put on sys.path above)
 
-gt = module_utils("gpu_topology")
+gt = module_utils("host.gpu_topology")
 
 SOURCES = ("nvml", "nvidia-smi")
 REPEATS = 5
@@ -205,7 +205,7 @@ def time_sources():
     return out
 
 
-pp = module_utils("pd_placement")
+pp = module_utils("plan.pd_placement")
 
 # The layouts of the deployment notes, by GPU count: issue 7 asks for 1P1D TP4+TP4 and 2P2D TP2 x 4 on 8 GPUs.
 LAYOUTS = {

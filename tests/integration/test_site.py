@@ -20,7 +20,7 @@ HOST = f"{SANDBOX}-1"
 BARE = f"{SANDBOX}-2"
 UNITS = ["sglang-prefill0", "sglang-decode0", "sglang-router"]
 EXPECTED = yaml.safe_load((REPO / "tests/integration/expected/rtxpro6000-8x.yml").read_text())
-# What the sandbox lacks for the KV probe's GPU path, in the words of plugins/module_utils/kv_transport.py
+# What the sandbox lacks for the KV probe's GPU path, in the words of plugins/module_utils/kv/kv_transport.py
 # (choose_memory): its GPUs are fake and the venv has no CUDA array library.
 SANDBOX_KV_REASON = "neither torch nor cupy in the venv to hold VRAM buffers"
 

@@ -2,7 +2,7 @@
 # Makes .cache/sglang-parser-venv (repo-relative), idempotently: a Python 3.11 venv holding the sglang
 # 0.5.23 wheel installed WITHOUT its dependencies (torch, CUDA, ...: several GB) plus the few small
 # packages its argument modules import (requirements.txt beside this script). The collection's parser
-# script (plugins/module_utils/cli_parser_script.py --module sglang.launch_server), run by that venv's
+# script (plugins/module_utils/cli/cli_parser_script.py --module sglang.launch_server), run by that venv's
 # python, then builds sglang's own `sglang serve` argument parser on a CPU-only machine.
 #
 # `build_venv.sh smg` makes .cache/smg-parser-venv instead: SMG 1.13 (smg==1.13.0 with its dependencies, a few
@@ -63,7 +63,7 @@ else
   "${pip[@]}" "$pin" 2>&1 | quiet
 fi
 # pipefail keeps pip's exit status through the filter; the smoke check below proves the result.
-"$venv/bin/python" "$root/plugins/module_utils/cli_parser_script.py" --module "$module" --info \
+"$venv/bin/python" "$root/plugins/module_utils/cli/cli_parser_script.py" --module "$module" --info \
   | cut -c1-200 >&2
 echo "$want" > "$stamp"
 echo "$venv/bin/python"

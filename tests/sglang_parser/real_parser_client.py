@@ -1,7 +1,7 @@
 """Controller-side access to the real sglang parser (any Python >= 3.11; stdlib only).
 
 build_venv.sh makes the Python 3.11 venv; the collection's own parser script
-(plugins/module_utils/cli_parser_script.py, what the cli_check module runs on a host) runs inside it
+(plugins/module_utils/cli/cli_parser_script.py, what the cli_check module runs on a host) runs inside it
 with ``--module sglang.launch_server``. Tests use:
 
     python, seconds = ensure_venv()             # raises ParserUnavailable, saying why
@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 BUILD_SCRIPT = HERE / "build_venv.sh"
-PARSER_SCRIPT = ROOT / "plugins" / "module_utils" / "cli_parser_script.py"
+PARSER_SCRIPT = ROOT / "plugins" / "module_utils" / "cli" / "cli_parser_script.py"
 SGLANG_MODULE = "sglang.launch_server"  # the -m module whose parse function the script calls
 # The action table of `sglang serve` 0.5.23 (flags, dest, type, default, choices, action), read off its parser.
 REFERENCE_TABLE = HERE / "sglang-0.5.23-serve-flags.tsv"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
-from ansible_collections.disagg.sglang.plugins.module_utils import plan_inputs
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan_inputs
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE_FILES = [

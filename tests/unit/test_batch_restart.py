@@ -8,9 +8,9 @@ clock that only sleep moves, and previous files in a temp dir.
 import threading
 
 import pytest
-from ansible_collections.disagg.sglang.plugins.module_utils import batch_restart as br
-from ansible_collections.disagg.sglang.plugins.module_utils import service_health
-from ansible_collections.disagg.sglang.plugins.module_utils.unit_files import remove
+from ansible_collections.disagg.sglang.plugins.module_utils.units import batch_restart as br
+from ansible_collections.disagg.sglang.plugins.module_utils.units import service_health
+from ansible_collections.disagg.sglang.plugins.module_utils.units.unit_files import remove
 
 HEALTH = "http://127.0.0.1:30002/health"
 METRICS = "http://127.0.0.1:30002/metrics"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
-from ansible_collections.disagg.sglang.plugins.module_utils import units
+from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
+from ansible_collections.disagg.sglang.plugins.module_utils.units import units
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = REPO / "roles/sglang_bench/files"
@@ -130,7 +130,7 @@ def test_server_delta_of_a_real_simulator_scrape():
 
 
 def test_the_report_reads_metrics_with_the_collections_parser_and_leaves_out_values_that_are_not_finite():
-    assert Path(br.prom_text.__file__).resolve() == REPO / "plugins/module_utils/prom_text.py"
+    assert Path(br.prom_text.__file__).resolve() == REPO / "plugins/module_utils/monitoring/prom_text.py"
     page = 'sglang:num_queue_reqs{tp_rank="0"} NaN\nsglang:num_queue_reqs{tp_rank="1"} 2.0\nsglang:token_usage +Inf\n'
     assert br.gauge_totals(page) == {"sglang:num_queue_reqs": 2.0}
     after = page + "sglang:num_requests_total 5\nsglang:e2e_request_latency_seconds_count NaN\n"

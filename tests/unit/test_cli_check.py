@@ -26,11 +26,11 @@ import pytest
 import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.disagg.sglang.plugins.module_utils import cli_argparse as ca
-from ansible_collections.disagg.sglang.plugins.module_utils import cli_check as cc
-from ansible_collections.disagg.sglang.plugins.module_utils import cli_parser_script as cps
-from ansible_collections.disagg.sglang.plugins.module_utils import plan as plan_rules
-from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
+from ansible_collections.disagg.sglang.plugins.module_utils.cli import cli_argparse as ca
+from ansible_collections.disagg.sglang.plugins.module_utils.cli import cli_check as cc
+from ansible_collections.disagg.sglang.plugins.module_utils.cli import cli_parser_script as cps
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan as plan_rules
+from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.modules import cli_check as cli_check_module
 
 REPO = Path(__file__).resolve().parents[2]

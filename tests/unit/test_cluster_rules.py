@@ -1,4 +1,4 @@
-"""Tables for plugins/module_utils/cluster_rules.py and rolling.py (pure functions, no network)."""
+"""Tables for plugins/module_utils/plan/cluster_rules.py and rolling.py (pure functions, no network)."""
 
 import errno
 import json
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, rolling, rules, units
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import cluster_rules, rules
+from ansible_collections.disagg.sglang.plugins.module_utils.units import rolling, units
 from test_units import DECODE, PLACEMENT, PROFILE, SETTINGS
 
 

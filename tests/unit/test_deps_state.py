@@ -1,4 +1,4 @@
-"""What the deps role reads before it builds (module_utils/deps_state.py): a venv is whole only when its Python runs,
+"""What the deps role reads before it builds (deps/deps_state.py): a venv is whole only when its Python runs,
 its stamp is this run's and every requirement (with the dependencies pip would install) is there at an allowed
 version. The distribution check runs for real, in this venv's Python, over distributions made in a temp dir."""
 
@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from ansible_collections.disagg.sglang.plugins.module_utils import deps_state
+from ansible_collections.disagg.sglang.plugins.module_utils.deps import deps_state
 
 
 def make_dist(site, name, version, requires=()):

@@ -6,7 +6,7 @@ A host with `outputs` is read through nvidia-smi (NVML absent); a host with `nvm
 
 import pytest
 import topology_fakes as tf
-from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology as gt
+from ansible_collections.disagg.sglang.plugins.module_utils.host import gpu_topology as gt
 
 HOSTS = [p.name for p in tf.host_dirs()]
 

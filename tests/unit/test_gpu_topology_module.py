@@ -12,7 +12,8 @@ import topology_fakes as tf
 import yaml
 from ansible.errors import AnsibleError
 from ansible.module_utils import testing
-from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology, plan, plan_inputs
+from ansible_collections.disagg.sglang.plugins.module_utils.host import gpu_topology
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, plan_inputs
 from ansible_collections.disagg.sglang.plugins.modules import gpu_topology as module
 from ansible_collections.disagg.sglang.plugins.modules import host_look as look_module
 
@@ -79,7 +80,7 @@ def test_facts(host, capsys, check_mode):
 def test_no_gpu_is_not_an_error(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(module.AnsibleModule, "get_bin_path", lambda self, *a, **k: None)
-    monkeypatch.setattr("ansible_collections.disagg.sglang.plugins.module_utils.gpu_topology.NVIDIA_SMI_DIRS", [])
+    monkeypatch.setattr("ansible_collections.disagg.sglang.plugins.module_utils.host.gpu_topology.NVIDIA_SMI_DIRS", [])
     rc, out = run_module({"source": "nvidia-smi", "sysfs_root": str(tmp_path)}, capsys)
     assert rc == 0
     facts = out["ansible_facts"]["gpu_topology"]

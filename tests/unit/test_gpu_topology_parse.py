@@ -3,7 +3,7 @@
 import pytest
 import topology_fakes as tf
 import yaml
-from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology as gt
+from ansible_collections.disagg.sglang.plugins.module_utils.host import gpu_topology as gt
 
 CASES = yaml.safe_load((tf.FIXTURES / "parse_cases.yml").read_text())
 

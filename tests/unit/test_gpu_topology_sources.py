@@ -5,8 +5,8 @@ import sys
 
 import pytest
 import topology_fakes as tf
-from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology as gt
-from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology_nvml as nv
+from ansible_collections.disagg.sglang.plugins.module_utils.host import gpu_topology as gt
+from ansible_collections.disagg.sglang.plugins.module_utils.host import gpu_topology_nvml as nv
 
 SANDBOX = tf.load_host("rtxpro6000-8x")
 

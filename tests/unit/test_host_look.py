@@ -1,4 +1,4 @@
-"""The preflight's one look at a host (plugins/module_utils/host_look.py, module host_look) on temp trees, the
+"""The preflight's one look at a host (plugins/module_utils/host/host_look.py, module host_look) on temp trees, the
 deployment-wide bind check that reads it (cluster_rules.deployment_bind_problems), and the flag check grouped by
 program (plan.cli_check_groups): tables of cases."""
 
@@ -6,7 +6,9 @@ import json
 import os
 
 import pytest
-from ansible_collections.disagg.sglang.plugins.module_utils import cluster_rules, host_look, plan, units
+from ansible_collections.disagg.sglang.plugins.module_utils.host import host_look
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import cluster_rules, plan
+from ansible_collections.disagg.sglang.plugins.module_utils.units import units
 
 # A /proc/net/tcp header and rows: (local address, state, inode); 0A is LISTEN.
 TCP_HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
@@ -132,7 +134,7 @@ def test_the_look_is_what_the_plans_rules_read(tmp_path):
     """host_plan reads {variable: {path, exists, isdir}}: a missing model directory fails the plan's path rule."""
     looked = host_look.look({"sglang_model_path": str(tmp_path / "none")}, None, False, ["127.0.0.1"])
     assert looked["records"] == {} and looked["listeners"] == {} and looked["bind"] == {"127.0.0.1": "ok"}
-    from ansible_collections.disagg.sglang.plugins.module_utils import rules  # noqa: PLC0415
+    from ansible_collections.disagg.sglang.plugins.module_utils.plan import rules  # noqa: PLC0415
 
     problems = rules.host_path_problems("h1", looked["paths"])
     assert problems and "sglang_model_path" in problems[0] and str(tmp_path / "none") in problems[0]

@@ -1,4 +1,4 @@
-"""module_utils/http_request.open_url against a real HTTP server on the loopback: what service_health.fetch and
+"""module_utils/common/http_request.open_url against a real HTTP server on the loopback: what service_health.fetch and
 router_api rely on (status, body, JSON posts, 4xx/5xx as HTTPError with their body, nothing answering as OSError),
 and no proxy from the environment."""
 
@@ -9,7 +9,8 @@ import threading
 from urllib.error import HTTPError, URLError
 
 import pytest
-from ansible_collections.disagg.sglang.plugins.module_utils import http_request, service_health
+from ansible_collections.disagg.sglang.plugins.module_utils.common import http_request
+from ansible_collections.disagg.sglang.plugins.module_utils.units import service_health
 
 
 class Handler(http.server.BaseHTTPRequestHandler):

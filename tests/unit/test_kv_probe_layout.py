@@ -29,7 +29,7 @@ WHY = "the probe measures a prefill GPU -> decode GPU pair on one host, so the K
 
 
 def unit(name, role, gpus):
-    """The keys of a planned spec that kv_probe.yml reads (plugins/module_utils/units.py has many more)."""
+    """The keys of a planned spec that kv_probe.yml reads (plugins/module_utils/units/units.py has many more)."""
     return {"unit": f"sglang-{name}", "name": name, "role": role, "gpus": gpus, "user": "sglang", "group": "sglang",
             "environment": {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))},
             "hardening": [["ProtectSystem", "strict"]]}  # fmt: skip

@@ -1,4 +1,4 @@
-"""The KV-path preflight rules (plugins/module_utils/kv_rules.py) on the table in
+"""The KV-path preflight rules (plugins/module_utils/plan/kv_rules.py) on the table in
 tests/fixtures/kv_transport/rules_cases.yml; the P2P rows read the facts gather() gives on a fixture host."""
 
 import re
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import topology_fakes as tf
 import yaml
-from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology as gt
-from ansible_collections.disagg.sglang.plugins.module_utils import kv_rules
+from ansible_collections.disagg.sglang.plugins.module_utils.host import gpu_topology as gt
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import kv_rules
 
 CASES = yaml.safe_load((Path(__file__).resolve().parents[1] / "fixtures/kv_transport/rules_cases.yml").read_text())
 

@@ -1,5 +1,5 @@
 """The KV transport probe: UCX protocol tables, the verdict, the command, the pair classes (pure functions of
-plugins/module_utils/kv_transport.py) on the outputs captured on an H200 (tests/fixtures/kv_transport/h200-1x),
+plugins/module_utils/kv/kv_transport.py) on the outputs captured on an H200 (tests/fixtures/kv_transport/h200-1x),
 and the module disagg.sglang.kv_transport in-process with a fake venv Python and a fake nvidia-smi."""
 
 import json
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import topology_fakes as tf
 from ansible.module_utils import testing
-from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology as gt
-from ansible_collections.disagg.sglang.plugins.module_utils import kv_probe_worker
-from ansible_collections.disagg.sglang.plugins.module_utils import kv_transport as kt
+from ansible_collections.disagg.sglang.plugins.module_utils.host import gpu_topology as gt
+from ansible_collections.disagg.sglang.plugins.module_utils.kv import kv_probe_worker
+from ansible_collections.disagg.sglang.plugins.module_utils.kv import kv_transport as kt
 from ansible_collections.disagg.sglang.plugins.modules import kv_transport as module
 
 H200 = Path(__file__).resolve().parents[1] / "fixtures" / "kv_transport" / "h200-1x"

@@ -18,7 +18,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monitoring"))
 import prom
-from ansible_collections.disagg.sglang.plugins.module_utils.monitoring import scrape_targets
+from ansible_collections.disagg.sglang.plugins.module_utils.monitoring.monitoring import scrape_targets
 from sandbox_hosts import controller_playbook
 
 REPO = prom.REPO
@@ -39,7 +39,7 @@ def units(host, address):
         ("decode0", "decode", 30001, [4, 5], 1),
         ("decode1", "decode", 30011, [6, 7], 1),
     ]
-    # the keys the monitoring role reads of a planned spec (plugins/module_utils/units.py has many more)
+    # the keys the monitoring role reads of a planned spec (plugins/module_utils/units/units.py has many more)
     return [
         {"unit": f"sglang-{n}", "name": n, "role": r, "host": host, "port": p,
          "metrics_url": f"http://{address}:{p}/metrics", "flags": {"host": "0.0.0.0", "port": p},
@@ -248,7 +248,7 @@ def test_sglang_metric_names_are_in_the_simulators_list():
 
 
 def test_a_percentage_for_a_fraction_and_a_bad_duration_fail_before_anything_is_written(tmp_path):
-    """The role's one variable check (module_utils/variables.py, through query('ansible.builtin.varnames')): a
+    """The role's one variable check (module_utils/plan/variables.py, through query('ansible.builtin.varnames')): a
     threshold given in percent and a duration Prometheus cannot read fail the run with every such variable named."""
     bad = {"sglang_monitoring_kv_cache_usage_threshold": 95, "sglang_monitoring_slo_for": "5 minutes"}
     proc = converge(inventory(tmp_path / "c", HOSTS), tmp_path, check=False, **bad)

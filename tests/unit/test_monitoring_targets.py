@@ -96,7 +96,7 @@ OK_CASES = [
 
 
 def planned(host, name, role, port, bind, url_host, gpus=(0,), node=0):  # noqa: PLR0917 (a table row)
-    """A worker spec as site.yml's preflight plans it (plugins/module_utils/units.py): metrics_url, flags."""
+    """A worker spec as site.yml's preflight plans it (plugins/module_utils/units/units.py): metrics_url, flags."""
     return {"unit": f"sglang-{name}", "name": name, "role": role, "host": host, "port": port,
             "metrics_url": f"http://{url_host}:{port}/metrics", "flags": {"host": bind, "port": port},
             "gpus": list(gpus), "numa_node": node, "cpus": "0-31", "lines": []}  # fmt: skip

@@ -6,8 +6,8 @@ import pytest
 import topology_fakes as tf
 from ansible.errors import AnsibleFilterError
 from ansible_collections.disagg.sglang.plugins.filter.pd_placement import FilterModule
-from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology as gt
-from ansible_collections.disagg.sglang.plugins.module_utils import pd_placement as pp
+from ansible_collections.disagg.sglang.plugins.module_utils.host import gpu_topology as gt
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import pd_placement as pp
 
 pd_placement = FilterModule().filters()["pd_placement"]
 

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible_collections.disagg.sglang.plugins.module_utils import prom_text
+from ansible_collections.disagg.sglang.plugins.module_utils.monitoring import prom_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"))
 

@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"))
 
 import sglang_pd_sim
-from ansible_collections.disagg.sglang.plugins.module_utils import cli_argparse as ca
+from ansible_collections.disagg.sglang.plugins.module_utils.cli import cli_argparse as ca
 from sglang_pd_sim import releases
 from sglang_pd_sim.cli import build_parser, load_knobs, parse_args
 
@@ -99,7 +99,7 @@ def test_the_rewritten_releases_as_processes(release_trees):
 
 
 def test_the_flag_checker_sees_each_releases_own_parser(release_trees):
-    """plugins/module_utils/cli_parser_script.py runs sglang_pd_sim.cli:parse_args under the release installed."""
+    """plugins/module_utils/cli/cli_parser_script.py runs sglang_pd_sim.cli:parse_args under the release installed."""
 
     def runner(tree):
         def run(argv, data=None):

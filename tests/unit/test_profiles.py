@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from ansible_collections.disagg.sglang.plugins.module_utils.plan_inputs import profile_file
+from ansible_collections.disagg.sglang.plugins.module_utils.plan.plan_inputs import profile_file
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = str(REPO / "profiles")

@@ -4,7 +4,7 @@ series read back from two /metrics pages), the requests in flight, the stranded 
 import math
 
 import pytest
-from ansible_collections.disagg.sglang.plugins.module_utils import prom_text
+from ansible_collections.disagg.sglang.plugins.module_utils.monitoring import prom_text
 
 LABELS = 'model_name="m",engine_type="prefill",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
+from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
 REPO = Path(__file__).resolve().parents[2]
 import real_parser_client as rpc  # noqa: E402

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import pytest
 from ansible.module_utils import testing
-from ansible_collections.disagg.sglang.plugins.module_utils import router_api as ra
+from ansible_collections.disagg.sglang.plugins.module_utils.router import router_api as ra
 from ansible_collections.disagg.sglang.plugins.modules import router_workers as module
 
 P0 = {"url": "http://10.0.0.2:30000", "worker_type": "prefill", "bootstrap_port": 8998}

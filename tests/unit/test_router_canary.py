@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 from ansible.module_utils import testing
-from ansible_collections.disagg.sglang.plugins.module_utils import router_canary as rc
+from ansible_collections.disagg.sglang.plugins.module_utils.router import router_canary as rc
 from ansible_collections.disagg.sglang.plugins.modules import router_canary as module
 from samples import loopback_server
 from test_prom_text import page

@@ -12,16 +12,16 @@ import pytest
 import topology_fakes as tf
 import yaml
 from ansible_collections.disagg.sglang.plugins.filter.plan import FilterModule
-from ansible_collections.disagg.sglang.plugins.module_utils import (
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
     cluster_rules,
     kv_rules,
     plan_inputs,
     profile_rules,
     rules,
-    units,
 )
-from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
-from ansible_collections.disagg.sglang.plugins.module_utils import variables as vt
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import variables as vt
+from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
+from ansible_collections.disagg.sglang.plugins.module_utils.units import units
 from inventory_vars import GROUPS, Resolved, host_vars
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,7 +81,7 @@ def preflight(
     values = Resolved(variables, v)
 
     def table(role):
-        """The role's step that checks its defined variables against module_utils/variables.py."""
+        """The role's step that checks its defined variables against module_utils/plan/variables.py."""
         return lambda: plan_inputs.table_problems(values, role)
 
     worker_roles = plan_inputs.worker_roles(values, list(groups))

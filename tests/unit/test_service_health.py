@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from ansible.module_utils import testing
-from ansible_collections.disagg.sglang.plugins.module_utils import service_health as sh
+from ansible_collections.disagg.sglang.plugins.module_utils.units import service_health as sh
 from ansible_collections.disagg.sglang.plugins.modules import service_health as module
 from samples import loopback_server
 
@@ -340,7 +340,7 @@ def test_a_restart_since_the_whole_wait_began_counts_in_a_later_call():
 def test_a_prefill_s_metrics_are_read_once_it_is_healthy(answers, metrics_answer, want):
     """The stranded-KV step reads what the health wait read (rolling.health_services gives a prefill a metrics_url):
     one /metrics page per healthy prefill, after its health answer; none for a decode or an unhealthy one."""
-    from ansible_collections.disagg.sglang.plugins.module_utils import rolling  # noqa: PLC0415
+    from ansible_collections.disagg.sglang.plugins.module_utils.units import rolling  # noqa: PLC0415
 
     prefill = {"unit": "sglang-prefill0", "role": "prefill", "health_url": URL}
     decode = {"unit": "sglang-decode0", "role": "decode", "health_url": URL}

@@ -1,8 +1,8 @@
-"""The units step's one call to systemd (module_utils/unit_actions.py): one read of every unit's state, then only what
+"""The units step's one call to systemd (units/unit_actions.py): one read of every unit's state, then only what
 each unit needs; a table of states and what must happen, with a scripted systemctl."""
 
 import pytest
-from ansible_collections.disagg.sglang.plugins.module_utils import unit_actions
+from ansible_collections.disagg.sglang.plugins.module_utils.units import unit_actions
 
 
 def show(**units):

@@ -1,4 +1,4 @@
-"""The units' files written in one call (module_utils/unit_files.py), in a temp dir: a file changes only when its
+"""The units' files written in one call (module_utils/units/unit_files.py), in a temp dir: a file changes only when its
 content or mode differs, a changed file keeps a backup, check mode writes nothing, a secret file never shows in a
 diff, and the answer per kind is shaped as units_changed.yml reads it."""
 
@@ -7,7 +7,7 @@ import shutil
 import stat
 
 import pytest
-from ansible_collections.disagg.sglang.plugins.module_utils import unit_files
+from ansible_collections.disagg.sglang.plugins.module_utils.units import unit_files
 
 
 def fs():

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.disagg.sglang.plugins.module_utils import rules, units
-from ansible_collections.disagg.sglang.plugins.module_utils import sglang_flags as sf
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import rules
+from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
+from ansible_collections.disagg.sglang.plugins.module_utils.units import units
 from samples import INSTANCES
 from samples import SETTINGS as SAMPLE_SETTINGS
 

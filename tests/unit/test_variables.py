@@ -1,4 +1,4 @@
-"""The variable table (plugins/module_utils/variables.py): it covers every user variable of every role, agrees with
+"""The variable table (plugins/module_utils/plan/variables.py): it covers every user variable of every role, agrees with
 the argument specs, gives every numeric variable a range, refuses each end of each range and accepts it, names the
 percent-for-a-fraction and host:port mistakes, and docs/variables.md and the README's variable table show it.
 
@@ -15,7 +15,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / ".collections"))
-from ansible_collections.disagg.sglang.plugins.module_utils import variables as vt  # noqa: E402
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import variables as vt  # noqa: E402
 
 DOC = REPO / "docs/variables.md"
 # Options of entry points that are the roles' own plumbing (set by another role's task, never by a user).
@@ -65,7 +65,7 @@ def defaults():
 def test_every_variable_of_every_role_is_in_the_table_with_its_role():
     want = {**{n: r for n, (r, _o) in specs().items()}, **{n: r for n, (r, _v) in defaults().items()}}
     missing = sorted(set(want) - set(vt.VARIABLES))
-    assert missing == [], f"variables without a row in plugins/module_utils/variables.py: {missing}"
+    assert missing == [], f"variables without a row in plugins/module_utils/plan/variables.py: {missing}"
     extra = sorted(set(vt.VARIABLES) - set(want))
     assert extra == [], f"rows of variables no role has: {extra}"
     # a variable belongs to the role whose defaults set it (sglang_topology_*: roles/sglang, though the

@@ -1,7 +1,8 @@
-"""Versioned venvs (module_utils/venvs.py) and the KV contract across a change (plan.pd_problems): table tests."""
+"""Versioned venvs (module_utils/deps/venvs.py) and the KV contract across a change (plan.pd_problems): table tests."""
 
 import pytest
-from ansible_collections.disagg.sglang.plugins.module_utils import plan, venvs
+from ansible_collections.disagg.sglang.plugins.module_utils.deps import venvs
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan
 
 BASE = {"dir": "/opt/sglang/venvs", "packages": ["sglang==0.5.23", "nvidia-ml-py==13.615.71"],
         "nodeps": ["nixl==1.5.1"], "router_packages": ["sglang-router==0.3.2"], "python": "python3",
@@ -91,7 +92,7 @@ TWO_BY_TWO = [("sglang-prefill0", "prefill"), ("sglang-prefill1", "prefill"), ("
 
 
 def deployed(engine, page="256"):
-    from ansible_collections.disagg.sglang.plugins.module_utils import units  # noqa: PLC0415
+    from ansible_collections.disagg.sglang.plugins.module_utils.units import units  # noqa: PLC0415
 
     contracts = {u: units.kv_contract(spec(u, r, engine, page=page))["values"] for u, r in TWO_BY_TWO}
     return {"h1": {u: {"kv_contract": c} for u, c in contracts.items()}}

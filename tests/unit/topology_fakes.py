@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import yaml
-from ansible_collections.disagg.sglang.plugins.module_utils import gpu_topology as gt
+from ansible_collections.disagg.sglang.plugins.module_utils.host import gpu_topology as gt
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "topology"
 

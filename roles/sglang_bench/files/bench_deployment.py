@@ -81,7 +81,7 @@ def deployment(meta: dict) -> dict:
     }
 
 
-# The router programs a unit may run (sglang_router_impl; plugins/module_utils/sglang_flags.py ROUTER_IMPLS)
+# The router programs a unit may run (sglang_router_impl; plugins/module_utils/units/sglang_flags.py ROUTER_IMPLS)
 ROUTER_MODULES = {"sglang_router.launch_router": "sglang_router", "smg.launch_router": "smg"}
 ROUTER_LIST_FLAGS = ("--pd-disaggregation", "--prefill", "--decode")
 
@@ -121,7 +121,7 @@ def parse_unit(text: str) -> dict:
         if tok == "-m" and i + 1 < len(argv):
             module, start = argv[i + 1], i + 2
             break
-        # the secret launcher (plugins/module_utils/units.py secret_launcher): python -c '... run_module("MOD" ...'
+        # the secret launcher (module_utils/units/units.py): python -c '... run_module("MOD" ...'
         launched = (
             re.search(r'runpy\.run_module\("([\w.]+)"', argv[i + 1]) if tok == "-c" and i + 1 < len(argv) else None
         )

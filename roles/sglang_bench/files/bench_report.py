@@ -2,7 +2,7 @@
 
 Pure functions (standard library only), run on the controller by bench_tool.py and tested by
 tests/unit/test_bench_report.py. /metrics pages are read by the collection's one Prometheus text parser,
-plugins/module_utils/prom_text.py (standard library only too). Two real clients feed it:
+plugins/module_utils/monitoring/prom_text.py (standard library only too). Two real clients feed it:
 
 - AIPerf (profile_export_aiperf.json, schema 1.x): its `inter_token_latency` is per-request
   (latency - TTFT) / (output tokens - 1), i.e. what sglang.bench_serving calls TPOT; its
@@ -204,14 +204,14 @@ def _collection_module(name: str):
     """plugins/module_utils/NAME.py of this collection, loaded from its file: this file runs by path under the
     controller's Python, where ansible_collections is not importable. The role and the plugins ship together, so
     the file is three folders up (roles/sglang_bench/files -> the collection's root)."""
-    path = Path(__file__).resolve().parents[3] / "plugins" / "module_utils" / f"{name}.py"
+    path = Path(__file__).resolve().parents[3] / "plugins" / "module_utils" / f"{name.replace('.', '/')}.py"
     spec = importlib.util.spec_from_file_location(f"_disagg_sglang_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-prom_text = _collection_module("prom_text")
+prom_text = _collection_module("monitoring.prom_text")
 
 
 def finite_samples(text: str) -> list[tuple[str, dict, float]]:

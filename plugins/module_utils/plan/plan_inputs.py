@@ -1,0 +1,219 @@
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+"""What a host's variables become before its plan: the one place of these derivations (issue 24).
+
+The preflight's host_plan (plugins/action/host_plan.py) calls them with the task's variables on the controller; the
+router's plan and the deps role run on its own reach the same functions through filters (plugins/filter/plan.py).
+They were Jinja in roles/sglang/vars/main.yml: Ansible compiles every template anew each time it renders it, in a
+worker forked for each host, and at 256 hosts the inputs of one host's plan cost more than the look at the host.
+
+Every function takes V, the host's variables: a mapping whose values are templated (the action templates each one
+when it is read); a variable that is not defined is not in it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.disagg.sglang.plugins.module_utils.deps import venvs
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, rules, variables
+
+# setting of the plan (plan.host_plan's and plan.router_plan's `settings`) -> the variable it is, as it is
+SETTINGS = {
+    "served_model_name": "sglang_served_model_name",
+    "host": "sglang_bind_host",
+    "venvs_dir": "sglang_venvs_dir",
+    "engine_compatible": "sglang_engine_compatible_versions",
+    "server_module": "sglang_server_module",
+    "numactl_path": "sglang_numactl_path",
+    "unit_prefix": "sglang_unit_prefix",
+    "user": "sglang_user",
+    "group": "sglang_group",
+    "env_dir": "sglang_env_dir",
+    "state_dir": "sglang_state_dir",
+    "read_write_paths": "sglang_read_write_paths",
+    "device_policy": "sglang_gpu_device_policy",
+    "device_allow": "sglang_gpu_device_allow",
+    "restart_sec": "sglang_restart_sec",
+    "start_limit_burst": "sglang_start_limit_burst",
+    "start_limit_interval": "sglang_start_limit_interval",
+    "health_timeout": "sglang_health_timeout",
+    "health_poll": "sglang_health_poll",
+    "stop_timeout": "sglang_stop_timeout",
+    "drain_timeout": "sglang_rolling_drain_timeout",
+}
+SECRETS = ("sglang_hf_token", "sglang_router_api_key", "sglang_worker_api_key")
+# the variables the account rule looks at beyond the settings (plan.settings_problems)
+USER_VARS = ("sglang_unit_dir", "sglang_gpu_groups", "sglang_deps_wheelhouse")
+# what the deps checks and the venvs' names read beyond the deps role's own variables
+DEPS_ALSO = ("sglang_server_module", "sglang_router_impl", "sglang_venvs_dir", *variables.REMOVED)
+WORKER_ROLES = plan.WORKER_ROLES
+# the venvs' package lists, their Python and the wheelhouse: shared defaults (roles/sglang), which the deps role builds
+LISTS = (
+    "sglang_deps_python",
+    "sglang_deps_packages",
+    "sglang_deps_packages_nodeps",
+    "sglang_deps_router_impl_packages",
+    "sglang_deps_router_packages",
+    "sglang_deps_wheelhouse",
+)
+
+
+def colocated(groups):
+    """Whether one host serves every role (prefill, decode, router). A group of more than one host is not colocated;
+    the hosts are made unique only where every group is that short."""
+    lists = [list((groups or {}).get(g) or []) for g in (*WORKER_ROLES, "router")]
+    return all(len(hosts) <= 1 for hosts in lists) and len({host for hosts in lists for host in hosts}) == 1
+
+
+def worker_roles(v, group_names):
+    """{role: {instances, extra_flags, extra_env}} of the worker roles whose group this host is in."""
+    return {
+        role: {
+            "instances": v.get(f"sglang_{role}_instances"),
+            "extra_flags": v.get(f"sglang_{role}_extra_flags"),
+            "extra_env": v.get(f"sglang_{role}_extra_env"),
+        }
+        for role in WORKER_ROLES
+        if role in group_names
+    }
+
+
+def settings(v, is_colocated, venv_paths):
+    """What every unit of a host shares. VENV_PATHS: this run's venvs (venvs.venvs), {} before they are named."""
+    bind = v.get("sglang_bind_host")
+    found = {
+        "model_path": v.get("sglang_model_path"),
+        "dist_init_host": "127.0.0.1" if bind == "0.0.0.0" else bind,
+        "advertise_address": "127.0.0.1" if is_colocated else v.get("sglang_advertise_address"),
+        "venv": venv_paths.get("engine", ""),
+        "router_venv": venv_paths.get("router", ""),
+        "engine": venv_paths.get("engine_pin"),
+        "worker_api_key_set": len(str(v.get("sglang_worker_api_key", ""))) > 0,
+    }
+    found.update({key: v.get(name) for key, name in SETTINGS.items()})
+    return found
+
+
+def secrets(v):
+    """The secrets as strings: the rules check them (single line) and a unit only learns whether it gets one."""
+    return {name: str(v.get(name, "")) for name in SECRETS}
+
+
+def user_vars(v):
+    """The variables beyond the settings that the account rule looks at."""
+    return {name: v.get(name, "") if name == "sglang_deps_wheelhouse" else v.get(name) for name in USER_VARS}
+
+
+def profile_file(name, inventory_dir, shipped_dir):
+    """{path, problems}: the first existing file sglang_profile names, or a message naming where it looked."""
+    candidates = plan.profile_candidates(name, inventory_dir, shipped_dir)
+    for path in candidates:
+        if os.path.isfile(path):
+            return {"path": path, "problems": []}
+    names = os.listdir(shipped_dir) if os.path.isdir(shipped_dir) else []
+    shipped = sorted(f[:-4] for f in names if f.endswith(".yml"))
+    return {
+        "path": None,
+        "problems": [
+            f"sglang_profile '{name}' is not a shipped profile nor a file of the inventory (looked for "
+            f"{', '.join(candidates)}); choose one of {', '.join(shipped)}, put {name}.yml into the inventory's "
+            "profiles/ directory, or give the path of a profile file"
+        ],
+    }
+
+
+def settings_names():
+    """The variables settings(), secrets() and user_vars() read (sglang_deps_venv_paths: this run's venvs)."""
+    read = ("sglang_model_path", "sglang_advertise_address", "sglang_deps_venv_paths")
+    return list(dict.fromkeys([*read, *SETTINGS.values(), *SECRETS, *USER_VARS]))
+
+
+def deps_names():
+    """The variables deps_problems() and venv_paths() read."""
+    return [*variables.names("sglang_deps"), *LISTS, *DEPS_ALSO]
+
+
+def table_problems(v, role, names=None):
+    """ROLE's defined variables among NAMES (default: all of ROLE's) against the collection's variable table."""
+    names = variables.names(role) if names is None else names
+    return variables.variable_problems(role, {n: v[n] for n in names if n in v})
+
+
+def deps_problems(v, group_names):
+    """The dependency checks of a host, in order, each only where the one before found nothing (the later ones read
+    what the earlier ones check): the deps role's variables against the variable table, the package lists, the
+    variables no longer read."""
+    # the deps role's own variables, and the package lists (shared defaults: the internal role's rows of the table)
+    problems = table_problems(v, "sglang_deps") + table_problems(v, "sglang", LISTS)
+    if problems:
+        return problems
+    packages = v.get("sglang_deps_packages")
+    router_packages = v.get("sglang_deps_router_packages")
+    problems = rules.deps_problems(packages, v.get("sglang_deps_packages_nodeps"), v.get("sglang_deps_wheelhouse"),
+                                   router_packages)  # fmt: skip
+    if not problems and any(role in group_names for role in WORKER_ROLES):
+        problems = venvs.engine_problems(v.get("sglang_server_module"), packages)
+    if "router" in group_names:
+        problems = problems + rules.router_packages_problems(router_packages, v.get("sglang_router_impl"))
+    return problems or variables.removed_problems({n: v[n] for n in variables.REMOVED if n in v})
+
+
+def venv_paths(v):
+    """This run's venvs of a host, each named by its package set (venvs.venvs): sglang_deps_venv_paths."""
+    return venvs.venvs(
+        {
+            "dir": v.get("sglang_venvs_dir"),
+            "packages": v.get("sglang_deps_packages"),
+            "nodeps": v.get("sglang_deps_packages_nodeps"),
+            "router_packages": v.get("sglang_deps_router_packages"),
+            "python": v.get("sglang_deps_python"),
+            "wheelhouse": v.get("sglang_deps_wheelhouse"),
+            "module": v.get("sglang_server_module"),
+        }
+    )
+
+
+def host_look(v, roles, venv_paths, read_topology):
+    """The options of host_look for this host: the absolute paths the units rely on (the model directory only where
+    workers run), the unit records, the bind address where workers bind, this run's engine python, and the topology
+    where READ_TOPOLOGY (a worker host in site.yml's preflight)."""
+    engine = venv_paths.get("engine")
+    bind = v.get("sglang_bind_host")
+    paths = {
+        "sglang_model_path": v.get("sglang_model_path") if roles else None,
+        "sglang_deps_wheelhouse": v.get("sglang_deps_wheelhouse", ""),
+        "sglang_read_write_paths": v.get("sglang_read_write_paths"),
+    }
+    topology = {
+        "sysfs_root": v.get("sglang_topology_sysfs_root"),
+        "nvidia_smi_path": v.get("sglang_topology_nvidia_smi_path") or None,
+        "nvml_venv": engine,
+    }
+    return {
+        "paths": plan.host_paths(paths),
+        "record_dir": v.get("sglang_record_dir"),
+        "bind": [bind] if roles and isinstance(bind, str) else [],
+        "exists": [f"{engine}/bin/python"] if engine is not None else [],
+        "topology": topology if read_topology and roles else None,
+    }
+
+
+def host_plan(v, context, venv_paths, profile):
+    """The input of plan.host_plan without what the look reads. CONTEXT: {host, group_names, colocated, topology
+    (the gpu_topology fact a public role's topology step set, else None)}. PROFILE: {path, content} (the action's
+    read_profile)."""
+    roles = worker_roles(v, context["group_names"])
+    return {
+        "host": context["host"],
+        "roles": roles,
+        "settings": settings(v, context["colocated"], venv_paths),
+        "secrets": secrets(v),
+        "topology": context.get("topology"),
+        "variables": user_vars(v),
+        "conflicting_units": v.get("sglang_conflicting_units"),
+        "strict": v.get("sglang_topology_strict"),
+        "kv_p2p_policy": v.get("sglang_kv_p2p_policy"),
+        "profile": profile.get("content") or {},
+        "profile_name": profile.get("path") or v.get("sglang_profile"),
+    }

@@ -1,0 +1,79 @@
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+"""What the batch_restart module does for the instances of one rolling batch on one host, in one call (issue 24:
+the batch used to take a drain poll, a restart and a health wait, each a module run per instance). For each
+instance at once (one thread each):
+
+  1. drain: its /metrics read until it holds no request (prom_text.in_flight is 0; None - no sglang metrics - cannot
+     tell and goes on) or drain_timeout seconds pass;
+  2. restart: its unit restarted, and enabled where it is not (unit_actions.apply). systemd sends SIGTERM and waits
+     up to TimeoutStopSec: sglang drains what it still holds and exits (python/sglang/srt/entrypoints/http_server.py
+     answers /health 503 from the signal on; the simulator mirrors it);
+  3. wait: service_health.wait_healthy, polled every `poll` seconds, at most `wait` seconds; the unit failing or
+     restarting ends it. A longer wait goes on in the caller's until loop from the restart count returned here;
+  4. healthy: the previous files the rollback would have read are removed (unit_files.remove).
+
+Returns one result per instance: service_health's keys (healthy, unit_failed, unit_state, reason, body, journal)
+plus unit and url (so a longer wait can pass the result to service_health as its service), item (the plan's entry),
+drain ({left, seconds}), restarts (NRestarts after the restart), restart_error and dropped (the previous files
+removed). The fetch, runner, sleep and clock are injected: tests/unit/test_batch_restart.py.
+"""
+
+import time
+
+from ansible_collections.disagg.sglang.plugins.module_utils.monitoring import prom_text
+from ansible_collections.disagg.sglang.plugins.module_utils.units import service_health, unit_actions
+
+POLL = 0.25  # seconds between two readings of a draining instance's metrics or of a starting one's health
+
+
+def drain(url, timeout, *, fetch, sleep, clock, poll=POLL):
+    """{left, seconds}: the requests the instance still held when the drain ended (0 drained; None: its page has no
+    sglang gauges or it did not answer, so it cannot tell; > 0: timeout ran out) and how long it took."""
+    start = clock()
+    while True:
+        _status, body, _error = fetch(url)
+        left = prom_text.in_flight(body or "")
+        if left in (0, None) or clock() - start >= timeout:
+            return {"left": left, "seconds": round(clock() - start, 2)}
+        sleep(poll)
+
+
+def restart_one(run, entry, wait, drain_timeout, *, fetch, journal, sleep, clock, poll=POLL, remove=None):
+    """Drain, restart, wait and (healthy) drop the previous files of one instance. entry: the rolling plan's
+    {unit, host, health_url, previous, previous_env, previous_record, ...} (module_utils/units/rolling.py)."""
+    drain_url = service_health.metrics_url(entry["health_url"])
+    drained = (
+        drain(drain_url, float(drain_timeout), fetch=fetch, sleep=sleep, clock=clock, poll=poll)
+        if drain_url
+        else {"left": None, "seconds": 0}
+    )
+    name = unit_actions.service(entry["unit"])
+    acted = unit_actions.apply(run, [name], [name], reload=False, check=False)
+    restarts = acted["restarts"].get(name, 0)
+    result = service_health.wait_healthy(run, name, entry["health_url"], {}, int(wait), restarts_at_start=restarts,
+                                         sleep=sleep, clock=clock, fetch=fetch, poll=poll)  # fmt: skip
+    previous = [entry.get(key) for key in ("previous", "previous_env", "previous_record") if entry.get(key)]
+    dropped = remove(previous) if result["healthy"] and previous and remove is not None else []
+    result.update(
+        unit=name,
+        url=entry["health_url"],
+        drain=drained,
+        restarts=restarts,
+        restart_error=acted["errors"].get(name, ""),
+        dropped=dropped,
+        journal="" if result["healthy"] else journal(name),
+        item=entry,
+    )
+    return result
+
+
+def restart_all(run, entries, wait, drain_timeout, *, journal, remove=None, fetch=service_health.fetch,
+                sleep=time.sleep, clock=time.monotonic, poll=POLL):  # fmt: skip
+    """restart_one for every instance of the batch on this host at once; one result each, in order."""
+
+    def one(entry):
+        return restart_one(run, entry, wait, drain_timeout, fetch=fetch, journal=journal, sleep=sleep, clock=clock,
+                           poll=poll, remove=remove)  # fmt: skip
+
+    return service_health.at_once(one, entries)

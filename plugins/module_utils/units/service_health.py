@@ -1,0 +1,161 @@
+# Copyright: disagg.sglang contributors
+# SPDX-License-Identifier: Apache-2.0
+"""What the service_health module decides: is a systemd unit's service healthy, did it fail or restart,
+or is the time up. Pure functions plus one loop whose systemctl runner, HTTP fetch, sleep and clock are
+injected, so every outcome is tested without a host (tests/unit/test_service_health.py).
+
+One call of the module is one bounded wait; the role repeats the call (until/retries) for a progress line
+per call. Within a call, the unit counts as failed when it is failed or inactive, waits in systemd's
+auto-restart, or has been restarted (NRestarts grew) since the call began.
+"""
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+BODY_LIMIT = 2000  # characters of the last answer returned to the caller
+READ_LIMIT = 100000  # bytes read from a healthy answer (a /readiness or /health body is far smaller)
+HTTP_TIMEOUT = 5  # seconds for one request
+POLL_INTERVAL = 1  # seconds between two polls within one wait
+METRICS_LIMIT = 16 << 20  # bytes read from a /metrics page: the whole page (histograms of every rank can be large)
+
+
+def parse_unit_state(rc, out):
+    """(active_state, sub_state, n_restarts) from `systemctl show --property=...` output; unknowns when rc != 0."""
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
+    restarts = props.get("NRestarts", "0")
+    return props.get("ActiveState", "unknown"), props.get("SubState", "unknown"), int(restarts or 0)
+
+
+def unit_state(run, unit):
+    """(active_state, sub_state, n_restarts) of the unit; run(argv) -> (rc, stdout, stderr)."""
+    rc, out, _err = run(["systemctl", "show", unit, "--property=ActiveState,SubState,NRestarts"])
+    return parse_unit_state(rc, out)
+
+
+def unit_failed(state, restarts_at_start):
+    """Whether the unit failed, stopped or was restarted since the wait began (state from unit_state)."""
+    active, sub, restarts = state
+    return active in ("failed", "inactive") or sub == "auto-restart" or restarts > restarts_at_start
+
+
+def fetch(url, timeout=HTTP_TIMEOUT, *, data=None, headers=None, limit=READ_LIMIT):
+    """One GET, or a POST of DATA when given: (status, body, error). status is None when nothing answered; error then
+    says why. LIMIT: bytes read from a 2xx answer (the router canary reads whole /metrics pages)."""
+    # imported here, not at the top: the HTTP and TLS stack is most of this file's import time, and the filters that
+    # import it (through rolling.py) load it in every forked worker of a run, where nothing fetches (issue 24)
+    from http.client import HTTPException  # noqa: PLC0415
+    from urllib.error import HTTPError, URLError  # noqa: PLC0415
+
+    from ansible_collections.disagg.sglang.plugins.module_utils.common.http_request import open_url  # noqa: PLC0415
+
+    method = "GET" if data is None else "POST"
+    try:
+        with open_url(url, data=data, headers=headers, method=method, timeout=timeout) as resp:
+            return resp.status, resp.read(limit).decode("utf-8", "replace"), None
+    except HTTPError as exc:  # a 4xx/5xx answer: it carries a status and a body
+        return exc.code, exc.read(BODY_LIMIT).decode("utf-8", "replace"), None
+    except (URLError, OSError, HTTPException) as exc:
+        return None, "", f"no answer: {getattr(exc, 'reason', exc)}"
+
+
+def fetch_metrics(url):
+    """One GET of a whole /metrics page (up to METRICS_LIMIT bytes): (status, body, error)."""
+    return fetch(url, limit=METRICS_LIMIT)
+
+
+def judge(status, body, error, expect):
+    """(healthy, reason) of one answer. expect maps JSON keys to the smallest value each must reach."""
+    if status is None:
+        return False, error
+    if status != 200:
+        return False, f"HTTP {status}"
+    if expect:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return False, "answer is not JSON"
+        if not isinstance(data, dict):
+            return False, "answer is not a JSON object"
+        for key, want in expect.items():
+            have = data.get(key)
+            if not isinstance(have, (int, float)) or have < want:
+                return False, f"{key} is {have}, waiting for {want}"
+    return True, "healthy"
+
+
+def probe(url, expect, *, fetch=fetch):
+    """(healthy, reason, body) of one request to url."""
+    status, body, error = fetch(url)
+    healthy, reason = judge(status, body, error, expect)
+    return healthy, reason, body
+
+
+def wait_healthy(run, unit, url, expect, wait, *, restarts_at_start=None, sleep=time.sleep, clock=time.monotonic,
+                 fetch=fetch, poll=POLL_INTERVAL):  # fmt: skip
+    """Polls url until it is healthy, the unit failed or restarted, or `wait` seconds passed (at least one poll).
+    restarts_at_start: the unit's NRestarts when the whole wait began (a wait of several calls passes the same one,
+    so a restart between two calls still counts); read now when None. poll: seconds between two polls.
+
+    Returns healthy, unit_failed (never true together), unit_state, reason and body (first BODY_LIMIT chars).
+    """
+    deadline = clock() + wait
+    if restarts_at_start is None:
+        restarts_at_start = unit_state(run, unit)[2]
+    while True:
+        healthy, reason, body = probe(url, expect, fetch=fetch)
+        state = unit_state(run, unit)
+        failed = unit_failed(state, restarts_at_start)
+        if healthy or failed or clock() >= deadline:
+            active, sub, restarts = state
+            return {
+                "healthy": healthy,
+                "unit_failed": failed and not healthy,
+                "unit_state": f"{active}/{sub}, {restarts} restarts",
+                "reason": reason,
+                "body": body[:BODY_LIMIT],
+            }
+        sleep(poll)
+
+
+def journal_tail(run, unit, lines):
+    """The last LINES lines of UNIT's journal (what went wrong, for a unit that is not healthy)."""
+    _rc, out, err = run(["journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o", "short-iso"])
+    return out or err
+
+
+def metrics_url(health_url):
+    """The /metrics URL beside an instance's /health URL (both served by sglang's HTTP server); "" for another URL."""
+    base, sep, last = health_url.rpartition("/")
+    return f"{base}/metrics" if sep and last == "health" else ""
+
+
+def wait_all(run, services, wait, *, journal, sleep=time.sleep, clock=time.monotonic, fetch=fetch,
+             poll=POLL_INTERVAL, fetch_metrics=fetch_metrics):  # fmt: skip
+    """wait_healthy for every service at once (one thread each, so a host's units are polled together and the wait
+    is the slowest one's, not their sum). services: [{unit, url, expect, restarts, metrics_url}, ...] (restarts:
+    NRestarts when the whole wait began, see wait_healthy); journal(unit) -> the tail of its journal, read for each
+    service that is not healthy. Returns one result per service, in order, each with the service's own `item`
+    (whatever the caller passed there) and its journal; a healthy service with a metrics_url also with `content`,
+    its /metrics page read once healthy ("" when it did not answer 200; the stranded-KV step reads it)."""
+
+    def one(service):
+        result = wait_healthy(run, service["unit"], service["url"], service.get("expect") or {}, wait,
+                              restarts_at_start=service.get("restarts"), sleep=sleep, clock=clock,
+                              fetch=fetch, poll=poll)  # fmt: skip
+        result["journal"] = "" if result["healthy"] else journal(service["unit"])
+        if result["healthy"] and service.get("metrics_url"):
+            status, body, _error = fetch_metrics(service["metrics_url"])
+            result["content"] = body if status == 200 else ""
+        result["item"] = service.get("item", service)
+        return result
+
+    return at_once(one, services)
+
+
+def at_once(one, items):
+    """[one(item) for item in items], one thread per item (none for a single one); results in order."""
+    if len(items) <= 1:
+        return [one(item) for item in items]
+    with ThreadPoolExecutor(max_workers=len(items)) as pool:
+        return list(pool.map(one, items))
