@@ -141,7 +141,8 @@ def test_switching_to_smg_is_one_run_with_a_short_pause_and_a_rerun_changes_noth
     assert sw["workers_after"] == sw["workers_before"], "a worker restarted for the router's switch"
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in sw["rerun"].values()), sw["rerun"]
     # A short pause: the requests that failed did so within seconds (the router's restart); the load went on after.
-    assert sw["pause_s"] <= 30 and result["ok"] >= 100, sw
+    last_failed = max((result["t0"] + end for _start, end, status in result["timeline"] if status != "200"), default=0)
+    assert sw["pause_s"] <= 30 and served_after(result, last_failed) > 0, sw
     # What runs: SMG's module from a router venv that holds smg and not sglang-router; its worker API lists the
     # four workers ready; the old router's venv is the one kept beside it.
     unit = on(host, "cat /etc/systemd/system/sglang-router.service")
@@ -257,6 +258,15 @@ def converge_under_load(cluster, extra_vars, load_args, *, succeed=True, rolling
     return output, json.loads(out)
 
 
+def spanned(result):
+    """The load ran through the whole change: it ended on the test's stop file, not on its request count or its
+    deadline, and sent requests. How many it sent depends on the machine's speed and is not asserted (issue 37: a
+    count of 300 failed a CI run at 272 with 0 failed); the requests in flight at each restart are asserted from the
+    workers' own records where the test needs them."""
+    assert result["stopped_by"] == "stop-file", f"the load ended on its {result['stopped_by']}, before the change did"
+    return result["total"] > 0
+
+
 def failures(output):
     """Each failed task of a playbook's output with the lines after it, so a failure early in a long run shows."""
     found = [output[max(0, m.start() - 300) : m.start() + 1500] for m in re.finditer(r"fatal: \[|FAILED! =>", output)]
@@ -302,6 +312,11 @@ def records(cluster, unit, host, since):
 def in_flight_at(result, t):
     """Requests in flight through the router at epoch T, from load.py's timeline."""
     return sum(1 for start, end, _status in result["timeline"] if start <= t - result["t0"] < end)
+
+
+def served_after(result, t):
+    """Requests through the router that started after epoch T and were answered 200, from load.py's timeline."""
+    return sum(1 for start, _end, status in result["timeline"] if start >= t - result["t0"] and status == "200")
 
 
 def prefill_kv_used(cluster):
@@ -352,7 +367,7 @@ def test_flag_change_rolls_out_without_a_failed_request(cluster, router_impl, ca
     assert [u.split("@")[0] for u in order] == want, order
     assert {h for _unused, h in units} == {h["name"] for role in ("prefill", "decode") for h in cluster["layout"][role]}
     assert started_at(router(cluster), "sglang-router") == router_started, "the router restarted"
-    assert result["total"] >= 300 and result["errors"] == {} and result["ok"] == result["total"]
+    assert spanned(result) and result["errors"] == {} and result["ok"] == result["total"], result["errors"]
     # Every restart happened while the load ran, one after the other in the order shown.
     t_end = result["t0"] + result["elapsed"]
     starts = [started_at(host, unit) for unit, host in units]
@@ -454,7 +469,7 @@ def test_an_alive_but_unhealthy_decode_change_is_rolled_back_under_load(cluster,
             if unit.endswith(".service"):
                 backups, environ = backups_and_environ(decode["name"], unit[: -len(".service")])
                 assert backups == [] and "SGLANG_SIM_FAIL" not in environ, (decode["name"], unit, backups)
-    assert result["total"] >= 300 and result["errors"] == {} and result["ok"] == result["total"], result["errors"]
+    assert spanned(result) and result["errors"] == {} and result["ok"] == result["total"], result["errors"]
     again = playbook(cluster, cluster["vars"])
     counts = recap(again.stdout)
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), (counts, again.stdout[-3000:])
@@ -510,9 +525,9 @@ def test_kill_9_of_one_of_two_under_load(cluster, role, router_impl, capsys):
     assert left is not None and back is not None, f"the router never let the dead {unit} go and took it back: {cost}"
     assert restarted == restarts + 1, f"systemd did not restart {unit} once: NRestarts {restarts}->{restarted}"
     assert cost["recovery_s"] > faults.STARTUP_DELAY, f"{unit} came back before its weights loaded: {cost}"
-    # The load ran on past the recovery: 16 at a time until its deadline (each request takes about 2 s: a 1 s prefill,
-    # its handoff and 16 tokens).
-    assert cost["sent"] >= 400 and result["t0"] + result["elapsed"] > back, (cost, back)
+    # The load ran on past the recovery, 16 at a time until its deadline, and was served after it (how many requests
+    # that is depends on the machine's speed: not asserted).
+    assert result["t0"] + result["elapsed"] > back and served_after(result, back) > 0, (cost, back)
     # on failure: the failed requests (start after the kill, seconds taken, status) and what the router routed to
     failed = [(round(result["t0"] + start - kill_at, 2), round(end - start, 2), status)
               for start, end, status in result["timeline"] if status != "200"]  # fmt: skip
@@ -605,7 +620,7 @@ def test_scale_in_scale_out_and_rename_under_load(cluster, router_impl, capsys):
                      f"router lists {len(workers)} ({sum(w['is_healthy'] for w in workers)} healthy)  "
                      f"rerun changed {sum(c['changed'] for c in rerun.values())}")  # fmt: skip
         report(capsys, f"[{router_impl}] day 2: " + table[-1].strip())
-        assert result["errors"] == {} and result["ok"] == result["total"] >= 100, (name, result["errors"])
+        assert spanned(result) and result["errors"] == {} and result["ok"] == result["total"], (name, result["errors"])
         assert in_flight >= MIN_IN_FLIGHT, f"{name}: only {in_flight} requests in flight through the router then"
         assert started_at(router(cluster), "sglang-router") == router_started, f"{name}: the router restarted"
         assert len(workers) == n_workers and all(w["is_healthy"] for w in workers), (name, workers)
@@ -699,7 +714,7 @@ def test_engine_upgrade_and_a_failed_upgrade_rolled_back_under_load(cluster, cap
     # prefill first, then decode, each by host and unit (rolling.rolling_plan); the names are the day-2 test's
     by_host = sorted(before, key=lambda k: (not k.startswith("sglang-prefill"), k.split("@")[1], k.split("@")[0]))
     assert order == by_host, order
-    assert result["errors"] == {} and result["ok"] == result["total"] >= 300, result["errors"]
+    assert spanned(result) and result["errors"] == {} and result["ok"] == result["total"], result["errors"]
     v2_venvs = {e[0] for e in after.values()}
     assert len(v2_venvs) == 1 and v2_venvs != v1_venvs, after
     for key, (record_venv, process_venv, version, flag) in after.items():
@@ -721,7 +736,7 @@ def test_engine_upgrade_and_a_failed_upgrade_rolled_back_under_load(cluster, cap
     assert order and order[0].startswith("sglang-prefill0@"), order
     assert "did not become healthy after its change" in output, output[-5000:]
     assert "the old configuration serves again" in output, output[-5000:]
-    assert result["errors"] == {} and result["ok"] == result["total"] >= 300, result["errors"]
+    assert spanned(result) and result["errors"] == {} and result["ok"] == result["total"], result["errors"]
     assert rolled_back == after, (rolled_back, after)
     assert len(workers) == 4 and all(w["is_healthy"] for w in workers), workers
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in rerun.values()), rerun

@@ -115,11 +115,14 @@ def run(args: argparse.Namespace) -> dict:
     timeline: list[list] = []
     changes: list[list] = []
     done = threading.Event()
+    # why the load ended: "stop-file" (the test's change is over), "count" (--requests ran out) or "deadline"
+    stopped_by: list[str] = []
 
     def take() -> int | None:
         with lock:
             seq = next_seq[0]
             if seq >= args.requests:
+                stopped_by.append("count")
                 return None
             next_seq[0] += 1
             # --rate spaces starts at least 1/R apart, counted from the last start (not from t0): a load that ran
@@ -132,8 +135,12 @@ def run(args: argparse.Namespace) -> dict:
         if delay > 0:
             time.sleep(delay)
         if args.stop_file and os.path.exists(args.stop_file):
+            stopped_by.append("stop-file")
             return None
-        return seq if time.monotonic() < stop_at else None
+        if time.monotonic() >= stop_at:
+            stopped_by.append("deadline")
+            return None
+        return seq
 
     def worker() -> None:
         while (seq := take()) is not None:
@@ -195,6 +202,7 @@ def run(args: argparse.Namespace) -> dict:
             "timeline": timeline,
             "readiness": changes,
             "workers": routing,
+            "stopped_by": stopped_by[0] if stopped_by else None,
         }
 
 
