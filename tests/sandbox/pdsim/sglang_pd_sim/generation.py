@@ -35,6 +35,50 @@ def bootstrap_timeout() -> float:
         return 300.0
 
 
+def stop_strings(kind: str, req: dict) -> list[str]:
+    """The request's stop strings: sampling_params.stop of /generate, `stop` of an OpenAI request (a string or a
+    list; sglang/srt/entrypoints/openai/protocol.py CompletionRequest / ChatCompletionRequest.stop, passed on as
+    sampling_params["stop"] by serving_completions.py and serving_chat.py)."""
+    if kind == "generate":
+        sp = req.get("sampling_params")
+        stop = sp.get("stop") if isinstance(sp, dict) else None
+    else:
+        stop = req.get("stop")
+    if isinstance(stop, str):
+        stop = [stop]
+    return [s for s in stop if isinstance(s, str) and s] if isinstance(stop, list) else []
+
+
+def cut_at_stop(toks: list, stops: list[str]) -> tuple[list, str | None, str]:
+    """(the tokens up to the one that completed a stop string, the string matched or None, the text).
+
+    sglang 0.5.23: Req.check_finished (sglang/srt/managers/schedule_batch.py) ends a request with
+    FINISH_MATCHED_STR(matched=S) once S is in the decoded output, keeping the token that completed it (it counts
+    in completion_tokens); the detokenizer's trim_matched_stop (managers/detokenizer_manager.py) cuts the text
+    before S (no_stop_trim false). The first stop string to appear wins.
+    """
+    text = ""
+    for i, (_token_id, piece) in enumerate(toks):
+        text += piece
+        hits = [(text.find(s), s) for s in stops if s in text]
+        if hits:
+            pos, matched = min(hits)
+            return toks[: i + 1], matched, text[:pos]
+    return toks, None, text
+
+
+def stream_pieces(toks: list, text: str) -> list[str]:
+    """One text delta per token whose concatenation is TEXT (the output trimmed at its stop string)."""
+    pieces, shown = [], 0
+    full = ""
+    for _token_id, piece in toks:
+        full += piece
+        upto = min(len(full), len(text))
+        pieces.append(text[shown:upto])
+        shown = upto
+    return pieces
+
+
 class StrandedKV(Exception):
     """NIXL: the room's KV is never reclaimed; the request never gets an answer."""
 
@@ -397,7 +441,10 @@ class GenerationMixin(HandoffMixin):
     def respond(self, kind: str, req: dict, prompts: list, batch: bool, *, max_tokens: int, stream: bool, t0: float,
                 held: int) -> None:  # fmt: skip
         st = self.state
-        outputs = [(p, self.output_tokens(p, max_tokens), count_prompt_tokens(p)) for p in prompts]
+        stops = stop_strings(kind, req) if st.role != "prefill" else []
+        cuts = [cut_at_stop(self.output_tokens(p, max_tokens), stops) for p in prompts]
+        self._stops = [(matched, text) for _toks, matched, text in cuts]
+        outputs = [(p, toks, count_prompt_tokens(p)) for p, (toks, _matched, _text) in zip(prompts, cuts, strict=True)]
         if st.role == "prefill":  # one token, no decode batch, no KV kept
             decoding = contextlib.nullcontext({"tokens": 0})
         else:  # a decode's KV arrives now; null mode's is in the pool since its prefill
@@ -422,18 +469,20 @@ class GenerationMixin(HandoffMixin):
         self._note = (self._note + f" prompt_tokens={prompt_tokens} completion_tokens={len(toks)}").strip()
         model = req.get("model") or st.model_name
         created = int(time.time())
-        # an answer that ended before max_tokens stopped by itself (the answer mode's); else the length cut it
-        finish = "stop" if len(toks) < max_tokens else "length"
+        matched, text = self._stops[0]
+        # a stop string ended it (matched_stop: the string), or an answer that ended before max_tokens stopped by
+        # itself (the answer mode's); else the length cut it
+        finish = "stop" if matched is not None or len(toks) < max_tokens else "length"
 
         if not stream:
             for _step in self.token_steps(len(toks), slot, t0, stream, len(outputs)):
                 pass
             e2e = self.finish_metrics(outputs, t0, stream)
             if kind == "generate":
-                items = [self.generate_item(toks_, pt, e2e, done=True) for (_prompt, toks_, pt) in outputs]
+                items = [self.generate_item(toks_, pt, e2e, done=True, stop=stop)
+                         for (_prompt, toks_, pt), stop in zip(outputs, self._stops, strict=True)]  # fmt: skip
                 self.send_json(200, items if batch else items[0])
             elif kind == "completion":
-                text = "".join(p for _token_id, p in toks)
                 self.send_json(
                     200,
                     {
@@ -442,13 +491,18 @@ class GenerationMixin(HandoffMixin):
                         "created": created,
                         "model": model,
                         "choices": [
-                            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "matched_stop": None}
+                            {
+                                "index": 0,
+                                "text": text,
+                                "logprobs": None,
+                                "finish_reason": finish,
+                                "matched_stop": matched,
+                            }
                         ],
                         "usage": self.usage(prompt_tokens, len(toks)),
                     },
                 )
             else:
-                text = "".join(p for _token_id, p in toks)
                 self.send_json(
                     200,
                     {
@@ -467,7 +521,7 @@ class GenerationMixin(HandoffMixin):
                                 },
                                 "logprobs": None,
                                 "finish_reason": finish,
-                                "matched_stop": None,
+                                "matched_stop": matched,
                             }
                         ],
                         "usage": self.usage(prompt_tokens, len(toks)),
@@ -488,10 +542,13 @@ class GenerationMixin(HandoffMixin):
         )
         if kind == "chat":
             self.sse(self.chat_chunk(model, created, {"role": "assistant", "content": ""}, None))
+        pieces = stream_pieces(toks, text)
         for i in self.token_steps(len(toks), slot, t0, stream, len(outputs)):
             last = i == len(toks) - 1
             if kind == "generate":
-                self.sse(self.generate_item(toks[: i + 1], prompt_tokens, time.time() - t0, done=last))
+                so_far = "".join(pieces[: i + 1])
+                self.sse(self.generate_item(toks[: i + 1], prompt_tokens, time.time() - t0, done=last,
+                                            stop=(matched, so_far) if last else (None, so_far)))  # fmt: skip
             elif kind == "completion":
                 self.sse(
                     {
@@ -502,21 +559,21 @@ class GenerationMixin(HandoffMixin):
                         "choices": [
                             {
                                 "index": 0,
-                                "text": toks[i][1],
+                                "text": pieces[i],
                                 "logprobs": None,
                                 "finish_reason": finish if last else None,
-                                "matched_stop": None,
+                                "matched_stop": matched if last else None,
                             }
                         ],
                         "usage": None,
                     }
                 )
             else:
-                self.sse(self.chat_chunk(model, created, {"role": None, "content": toks[i][1]}, None))
+                self.sse(self.chat_chunk(model, created, {"role": None, "content": pieces[i]}, None))
         if kind == "generate" and not toks:
             self.sse(self.generate_item([], prompt_tokens, time.time() - t0, done=True))
         if kind == "chat":
-            self.sse(self.chat_chunk(model, created, {"role": None, "content": None}, finish))
+            self.sse(self.chat_chunk(model, created, {"role": None, "content": None}, finish, matched))
         if kind != "generate" and include_usage:
             obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
             self.sse(
@@ -533,14 +590,23 @@ class GenerationMixin(HandoffMixin):
         self.write_chunk(b"data: [DONE]\n\n")
         self.write_chunk(b"")
 
-    def generate_item(self, toks, prompt_tokens: int, e2e: float, done: bool) -> dict:
+    def generate_item(self, toks, prompt_tokens: int, e2e: float, done: bool, stop=(None, None)) -> dict:
+        """sglang's /generate item; a matched stop string is the finish reason (schedule_batch.py
+        FINISH_MATCHED_STR: {"type": "stop", "matched": S}) and the text ends before it."""
         n = len(toks)
+        matched, text = stop
+        if not done:
+            reason = None
+        elif matched is not None:
+            reason = {"type": "stop", "matched": matched}
+        else:
+            reason = {"type": "length", "length": n}
         return {
-            "text": "".join(p for _token_id, p in toks),
+            "text": "".join(p for _token_id, p in toks) if text is None else text,
             "output_ids": [t for t, _piece in toks],
             "meta_info": {
                 "id": self._rid,
-                "finish_reason": {"type": "length", "length": n} if done else None,
+                "finish_reason": reason,
                 "prompt_tokens": prompt_tokens,
                 "weight_version": self.state.args.weight_version,
                 "total_retractions": 0,
@@ -550,7 +616,7 @@ class GenerationMixin(HandoffMixin):
             },
         }
 
-    def chat_chunk(self, model, created, delta, finish) -> dict:
+    def chat_chunk(self, model, created, delta, finish, matched=None) -> dict:
         return {
             "id": self._rid,
             "object": "chat.completion.chunk",
@@ -562,7 +628,7 @@ class GenerationMixin(HandoffMixin):
                     "delta": {**delta, "reasoning_content": None, "tool_calls": None},
                     "logprobs": None,
                     "finish_reason": finish,
-                    "matched_stop": None,
+                    "matched_stop": matched,
                 }
             ],
             "usage": None,

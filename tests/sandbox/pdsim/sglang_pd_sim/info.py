@@ -39,9 +39,11 @@ class InfoMixin(BaseHandler):
                 {
                     "id": st.model_name,
                     "object": "model",
-                    "created": int(st.started),
+                    # sglang/srt/entrypoints/http_server.py available_models: ModelCard(id=root=served_model_name,
+                    # max_model_len=context_len); protocol.py ModelCard: created at the answer, owned_by "sglang"
+                    "created": int(time.time()),
                     "owned_by": "sglang",
-                    "root": st.args.model_path,
+                    "root": st.model_name,
                     "parent": None,
                     "max_model_len": st.args.context_length or 163840,
                 }
