@@ -8,6 +8,7 @@ DOCUMENTATION = r"""
 module: address_check
 short_description: Check advertise addresses and reachability of worker ports before anything changes
 version_added: "0.1.0"
+extends_documentation_fragment: [disagg.sglang.module]
 description:
   - With O(bind), checks that each address is one of this host's own, so a listener can bind it. Workers on a
     host other than the router's bind to their advertise address.
@@ -47,14 +48,12 @@ options:
     description: Seconds a TCP connect may take before it counts as a timeout.
     type: float
     default: 3
-author:
-  - disagg.sglang maintainers (!UNKNOWN)
 attributes:
   check_mode:
-    description: Can run in check mode; it changes nothing in any mode.
+    details: Can run in check mode; it changes nothing in any mode.
     support: full
   diff_mode:
-    description: Nothing to diff.
+    details: Nothing to diff.
     support: none
 """
 

@@ -9,6 +9,7 @@ DOCUMENTATION = r"""
 module: batch_restart
 short_description: Drain, restart and wait for the instances of one rolling batch on one host, in one call
 version_added: "0.1.0"
+extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.journal]
 description:
   - For each instance at once - reads its C(/metrics) until it holds no request (the sglang scheduler gauges) or
     C(drain_timeout) seconds pass; restarts its unit (systemd's SIGTERM lets sglang drain what is left) and enables
@@ -38,19 +39,13 @@ options:
     description: Seconds between two readings of the metrics (drain) or of the health URL.
     type: float
     default: 0.25
-  journal_lines:
-    description: Journal lines returned for an instance that is not healthy.
-    type: int
-    default: 40
-author:
-  - disagg.sglang maintainers (!UNKNOWN)
 attributes:
   check_mode:
     support: full
-    description: Restarts nothing and removes nothing; each instance comes back as not restarted.
+    details: Restarts nothing and removes nothing; each instance comes back as not restarted.
   diff_mode:
     support: none
-    description: No file content changes; the restart is the change.
+    details: No file content changes; the restart is the change.
 """
 
 EXAMPLES = r"""

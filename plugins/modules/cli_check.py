@@ -7,6 +7,7 @@ DOCUMENTATION = r"""
 module: cli_check
 short_description: Check command lines with the installed program's own argparse parser
 version_added: "0.1.0"
+extends_documentation_fragment: [disagg.sglang.module]
 description:
   - Parses every argv in O(argvs) with the argument parser of the program installed in the venv that will
     run it, built by the program's own code, and fails naming the argv, the flag, argparse's message and the fix.
@@ -38,8 +39,6 @@ description:
     the tail of the script's standard error, and is never cached.
   - Meant to run before anything that starts the programs changes, so a flag a new version refuses
     never reaches a unit that would crash-loop.
-author:
-  - disagg.sglang maintainers (!UNKNOWN)
 options:
   python:
     description:
@@ -80,10 +79,10 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reads the cache and runs the parser (read-only); does not write the cache.
+    details: Reads the cache and runs the parser (read-only); does not write the cache.
   diff_mode:
     support: none
-    description: Changes nothing on the host, so there is nothing to show.
+    details: Changes nothing on the host, so there is nothing to show.
 notes:
   - The module never changes the host's configuration; C(changed) is always false. Writing the cache is bookkeeping.
   - The parser script is sent to O(python) with C(-c); it imports the program's argument modules, nothing else.

@@ -7,8 +7,7 @@ DOCUMENTATION = r"""
 module: gpu_topology
 short_description: Gather NVIDIA GPU, NUMA and GPU-link facts of a host
 version_added: "0.1.0"
-author:
-  - disagg.sglang maintainers (!UNKNOWN)
+extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.topology]
 description:
   - Reads the GPUs of a host, the NUMA node and CPUs close to each, the NUMA nodes with their CPUs, and
     the GPU-to-GPU link matrix, and returns them as C(ansible_facts.gpu_topology). Changes nothing.
@@ -28,16 +27,6 @@ description:
     unless O(require_gpus=true).
   - Commands run with C(LC_ALL=C).
 options:
-  sysfs_root:
-    description:
-      - Directory that holds the C(sys) tree to read, for hosts or tests that keep a copy elsewhere.
-    type: path
-    default: /
-  nvidia_smi_path:
-    description:
-      - Path of C(nvidia-smi). When not set, it is looked up on C(PATH), then in C(/usr/local/nvidia/bin)
-        and other usual driver directories.
-    type: path
   source:
     description:
       - Which source to ask for GPUs and links. V(auto) tries NVML, then C(nvidia-smi). V(nvml) and
@@ -59,10 +48,10 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Only reads sysfs and runs C(nvidia-smi), so check mode gathers the same facts as a real run.
+    details: Only reads sysfs and runs C(nvidia-smi), so check mode gathers the same facts as a real run.
   diff_mode:
     support: none
-    description: Changes nothing on the host, so there is nothing to show.
+    details: Changes nothing on the host, so there is nothing to show.
   facts:
     support: full
     description: Returns the GPU, NUMA and link facts under RV(ansible_facts).

@@ -8,6 +8,7 @@ DOCUMENTATION = r"""
 module: host_look
 short_description: Read the paths, unit records, TCP listeners and bindable addresses of a host, changing nothing
 version_added: "0.1.0"
+extends_documentation_fragment: [disagg.sglang.module]
 description:
   - The preflight's one look at a host (roles/sglang/tasks/plan.yml), so a host costs one module run instead of
     one per path, one for the listeners and one for the records.
@@ -55,14 +56,12 @@ options:
       nvml_venv:
         description: As M(disagg.sglang.gpu_topology)'s O(disagg.sglang.gpu_topology#module:nvml_venv).
         type: path
-author:
-  - disagg.sglang maintainers (!UNKNOWN)
 attributes:
   check_mode:
-    description: Reads only, so check mode reads what a real run reads.
+    details: Reads only, so check mode reads what a real run reads.
     support: full
   diff_mode:
-    description: Nothing to diff.
+    details: Nothing to diff.
     support: none
 """
 

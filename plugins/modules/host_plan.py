@@ -8,8 +8,7 @@ DOCUMENTATION = r"""
 module: host_plan
 short_description: Check one host's variables, look at the host and plan its worker units, failing with every problem
 version_added: "0.1.0"
-author:
-  - disagg.sglang maintainers (!UNKNOWN)
+extends_documentation_fragment: [disagg.sglang.module]
 description:
   - The preflight's plan of one host in one task (roles/sglang/tasks/plan.yml). Its inputs are the task's variables,
     derived on the controller by C(plugins/module_utils/plan/plan_inputs.py) (the collection's roles' defaults, the
@@ -45,10 +44,10 @@ attributes:
     description: The plan runs on the controller, the look on the host.
   check_mode:
     support: full
-    description: Reads only, so check mode plans what a real run plans.
+    details: Reads only, so check mode plans what a real run plans.
   diff_mode:
     support: none
-    description: Nothing to diff.
+    details: Nothing to diff.
   facts:
     support: none
     description: >-

@@ -7,8 +7,7 @@ DOCUMENTATION = r"""
 module: kv_transport
 short_description: Prove the KV cache path between a prefill GPU and a decode GPU (NIXL over UCX)
 version_added: "0.2.0"
-author:
-  - disagg.sglang maintainers (!UNKNOWN)
+extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.topology]
 description:
   - Runs two short processes with the serving venv's Python, one holding a buffer on a prefill GPU and one
     on a decode GPU, and WRITEs O(mib) MiB from the first into the second with NIXL's UCX backend, as
@@ -109,20 +108,13 @@ options:
     description: Seconds one pair's probe may take before it counts as failed.
     type: int
     default: 120
-  sysfs_root:
-    description: Passed to the topology code (tests and simulated hosts).
-    type: path
-    default: /
-  nvidia_smi_path:
-    description: Path of C(nvidia-smi) for the topology code; looked up when not given.
-    type: path
 attributes:
   check_mode:
     support: full
-    description: Reads the topology and checks the venv, then returns the pairs it would probe; probes nothing.
+    details: Reads the topology and checks the venv, then returns the pairs it would probe; probes nothing.
   diff_mode:
     support: none
-    description: Changes nothing on the host, so there is nothing to show.
+    details: Changes nothing on the host, so there is nothing to show.
 notes:
   - The probe program is C(plugins/module_utils/kv/kv_probe_worker.py), passed to Python with C(-c); parsing and
     verdict are in C(plugins/module_utils/kv/kv_transport.py), unit-tested on tables captured on an H200

@@ -9,6 +9,7 @@ DOCUMENTATION = r"""
 module: router_canary
 short_description: Send one request through the router and report the KV transfers the workers counted meanwhile
 version_added: "0.1.0"
+extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.router]
 description:
   - Reads every worker's C(/metrics) (all at once), sends one C(POST /generate) through the router, reads the
     C(/metrics) again and returns what sglang's KV transfer series counted in between (the
@@ -19,14 +20,6 @@ description:
     RV(unanswered).
   - Fails, naming the router's URL, the last status and the tries, when no try was answered 200.
 options:
-  url:
-    description: The router's base URL, e.g. C(http://127.0.0.1:8000).
-    type: str
-    required: true
-  api_key:
-    description: The router's API key (sent as a bearer token); empty when the router has none.
-    type: str
-    default: ""
   prompt:
     description: The text of the request.
     type: str
@@ -50,15 +43,13 @@ options:
     description: The workers run a simulator, not sglang; said in the report's line.
     type: bool
     default: false
-author:
-  - disagg.sglang maintainers (!UNKNOWN)
 attributes:
   check_mode:
     support: full
-    description: Sends nothing in check mode and says so (the request would go through the real model).
+    details: Sends nothing in check mode and says so (the request would go through the real model).
   diff_mode:
     support: none
-    description: Changes nothing, so there is nothing to show.
+    details: Changes nothing, so there is nothing to show.
 """
 
 EXAMPLES = r"""

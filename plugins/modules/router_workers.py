@@ -9,20 +9,13 @@ DOCUMENTATION = r"""
 module: router_workers
 short_description: Change the worker list of a running router through its worker API, and wait for it
 version_added: "0.1.0"
+extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.router]
 description:
   - Reads the router's C(GET /workers), adds the missing workers (C(POST /workers)) and takes out those to go
     (C(DELETE /workers/{id})), then waits until the listing shows the change, for at most O(timeout) seconds.
   - The router does not restart, so requests in flight on the workers that stay go on.
   - Fails, naming what the router lists, when the listing does not settle in time.
 options:
-  url:
-    description: The router's base URL, e.g. C(http://127.0.0.1:8000).
-    type: str
-    required: true
-  api_key:
-    description: The router's API key (sent as a bearer token); empty when the router has none.
-    type: str
-    default: ""
   implementation:
     description: Which router answers at O(url).
     type: str
@@ -58,15 +51,13 @@ options:
       close to the moment the router shows the change).
     type: float
     default: 0.25
-author:
-  - disagg.sglang maintainers (!UNKNOWN)
 attributes:
   check_mode:
     support: full
-    description: Reads the listing and reports what it would add and take out; changes nothing.
+    details: Reads the listing and reports what it would add and take out; changes nothing.
   diff_mode:
     support: none
-    description: The change is reported in RV(added) and RV(removed).
+    details: The change is reported in RV(added) and RV(removed).
 """
 
 EXAMPLES = r"""

@@ -8,6 +8,7 @@ DOCUMENTATION = r"""
 module: service_health
 short_description: Wait a bounded time for a systemd service to answer its health URL
 version_added: "0.1.0"
+extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.journal]
 description:
   - Polls an HTTP health URL of a service started by systemd until it answers 200 (and, optionally,
     its JSON body reaches expected values), for at most O(wait) seconds.
@@ -45,19 +46,13 @@ options:
     description: Seconds between two polls within one call (the rolling step polls a restarting instance every 0.25 s).
     type: float
     default: 1.0
-  journal_lines:
-    description: Journal lines to return when the service is not healthy.
-    type: int
-    default: 40
-author:
-  - disagg.sglang maintainers (!UNKNOWN)
 attributes:
   check_mode:
     support: full
-    description: Only reads the unit's state and its health URL, so check mode waits as a real run does.
+    details: Only reads the unit's state and its health URL, so check mode waits as a real run does.
   diff_mode:
     support: none
-    description: Changes nothing, so there is nothing to show.
+    details: Changes nothing, so there is nothing to show.
 """
 
 EXAMPLES = r"""

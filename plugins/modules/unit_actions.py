@@ -8,6 +8,7 @@ DOCUMENTATION = r"""
 module: unit_actions
 short_description: Restart, start and enable the units of one host as the run planned, after one read of their state
 version_added: "0.1.0"
+extends_documentation_fragment: [disagg.sglang.module]
 description:
   - Reads the state of every unit in one C(systemctl show), then per unit - a unit that is not active has its
     failed state and start limit cleared; a unit whose files changed is restarted; a unit that must run and does not
@@ -30,15 +31,13 @@ options:
     description: Reload systemd first (a unit file changed).
     type: bool
     default: false
-author:
-  - disagg.sglang maintainers (!UNKNOWN)
 attributes:
   check_mode:
     support: full
-    description: Reads the state and reports what it would do; does nothing.
+    details: Reads the state and reports what it would do; does nothing.
   diff_mode:
     support: none
-    description: The unit files' own tasks show their diff.
+    details: The unit files' own tasks show their diff.
 """
 
 EXAMPLES = r"""

@@ -8,6 +8,7 @@ DOCUMENTATION = r"""
 module: unit_files
 short_description: Write (and remove) the environment files, unit files and records of a host's units in one call
 version_added: "0.1.0"
+extends_documentation_fragment: [disagg.sglang.module]
 description:
   - Creates the directories, then writes each file whose content, mode or owner differ, keeping a backup of a
     changed file that existed (for the rollback). Files are written whole and renamed over the old ones.
@@ -71,15 +72,13 @@ options:
     type: list
     elements: str
     default: []
-author:
-  - disagg.sglang maintainers (!UNKNOWN)
 attributes:
   check_mode:
     support: full
-    description: Reports what would change, and the diff, without writing.
+    details: Reports what would change, and the diff, without writing.
   diff_mode:
     support: full
-    description: The diff of each changed file but the secret ones.
+    details: The diff of each changed file but the secret ones.
 """
 
 EXAMPLES = r"""

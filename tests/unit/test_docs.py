@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_DOC = str(Path(sys.executable).with_name("ansible-doc"))
@@ -148,3 +149,21 @@ def test_every_tag_the_readme_names_is_a_tag_of_site_yml():
     line = next(line for line in README.read_text().splitlines() if line.startswith("Tags: "))
     named = set(re.findall(r"`([a-z_]+)`", line.split(".", 1)[0]))
     assert named == tags, (sorted(named), sorted(tags))
+
+
+def _own_documentation(name):
+    source = (REPO / "plugins" / "modules" / f"{name}.py").read_text()
+    return yaml.safe_load(source.split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0])
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_a_module_takes_its_authors_and_attribute_meanings_from_the_shared_fragment(docs, name):
+    """plugins/doc_fragments/module.py says once who maintains the modules and what check_mode and diff_mode mean;
+    each module says only how it behaves in them (details)."""
+    own = _own_documentation(name)
+    assert "disagg.sglang.module" in own["extends_documentation_fragment"], name
+    assert "author" not in own, f"{name} names its authors itself"
+    for attribute in ("check_mode", "diff_mode"):
+        assert "description" not in own["attributes"][attribute], f"{name}: {attribute} says what it means itself"
+        rendered = docs["module"][f"disagg.sglang.{name}"]["doc"]["attributes"][attribute]
+        assert rendered["description"] and rendered["details"], (name, attribute, rendered)

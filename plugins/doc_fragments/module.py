@@ -1,0 +1,60 @@
+# Copyright: disagg.sglang contributors
+# SPDX-License-Identifier: Apache-2.0 (see LICENSE)
+"""Documentation every module of the collection shares, and the options several modules share."""
+
+
+class ModuleDocFragment:
+    # Every module: who maintains it, what its check_mode and diff_mode attributes mean, where it runs. Each module
+    # gives its own support of check_mode and diff_mode, and its details: what it does in that mode.
+    DOCUMENTATION = r"""
+options: {}
+author:
+  - disagg.sglang maintainers (!UNKNOWN)
+attributes:
+  check_mode:
+    description: Can run with C(--check), changing nothing on the host; the details say what it still reads or reports.
+  diff_mode:
+    description: Returns what it changed (or would change in check mode) as a diff with C(--diff).
+  platform:
+    description: The systems the module runs on.
+    support: N/A
+    platforms: posix
+"""
+
+    # The router's worker and request API (module_utils/router_api.py, module_utils/router_canary.py).
+    ROUTER = r"""
+options:
+  url:
+    description: The router's base URL, e.g. C(http://127.0.0.1:8000).
+    type: str
+    required: true
+  api_key:
+    description: The router's API key (sent as a bearer token); empty when the router has none.
+    type: str
+    default: ""
+"""
+
+    # A unit that is not healthy is reported with the tail of its journal (module_utils/service_health.py).
+    JOURNAL = r"""
+options:
+  journal_lines:
+    description: Lines of the unit's journal returned for a service that is not healthy.
+    type: int
+    default: 40
+"""
+
+    # Where the GPU topology is read (module_utils/gpu_topology.py): the topology module and the KV probe, which
+    # reads the topology to pick its pairs.
+    TOPOLOGY = r"""
+options:
+  sysfs_root:
+    description:
+      - Directory that holds the C(sys) tree to read, for hosts or tests that keep a copy elsewhere.
+    type: path
+    default: /
+  nvidia_smi_path:
+    description:
+      - Path of C(nvidia-smi). When not set, it is looked up on C(PATH), then in C(/usr/local/nvidia/bin) and other
+        usual driver directories.
+    type: path
+"""
