@@ -167,3 +167,39 @@ def test_a_module_takes_its_authors_and_attribute_meanings_from_the_shared_fragm
         assert "description" not in own["attributes"][attribute], f"{name}: {attribute} says what it means itself"
         rendered = docs["module"][f"disagg.sglang.{name}"]["doc"]["attributes"][attribute]
         assert rendered["description"] and rendered["details"], (name, attribute, rendered)
+
+
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+MODULE_UTILS = REPO / "plugins" / "module_utils"
+
+
+def _package_rows():
+    """{package: [files]} from the module_utils table of docs/architecture.md."""
+    section = ARCHITECTURE.read_text().split("## plugins/module_utils", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 3:
+            rows[cells[0].strip("`").rstrip("/")] = re.findall(r"`([a-z0-9_]+\.py)`", cells[2])
+    return rows
+
+
+def test_the_architecture_names_each_module_utils_package_and_no_other():
+    packages = {p.name for p in MODULE_UTILS.iterdir() if (p / "__init__.py").is_file()}
+    rows = _package_rows()
+    assert set(rows) == packages, f"docs/architecture.md lacks {packages - set(rows)}, names {set(rows) - packages}"
+    flat = sorted(p.name for p in MODULE_UTILS.glob("*.py") if p.name != "__init__.py")
+    assert flat == [], f"module_utils files outside a package: {flat}"
+
+
+def test_the_architecture_lists_the_files_of_each_module_utils_package():
+    for package, named in _package_rows().items():
+        files = sorted(p.name for p in (MODULE_UTILS / package).glob("*.py") if p.name != "__init__.py")
+        assert sorted(named) == files, f"{package}/: the doc names {sorted(named)}, the package has {files}"
+
+
+def test_every_repository_path_the_architecture_names_exists():
+    tops = ("plugins/", "roles/", "playbooks/", "profiles/", "tests/", "inventories/", "docs/", "molecule/")
+    named = {t.rstrip("/") for t in re.findall(r"`([^`\s]+)`", ARCHITECTURE.read_text()) if t.startswith(tops)}
+    missing = sorted(p for p in named if "*" not in p and "NAME" not in p and not (REPO / p).exists())
+    assert named and missing == [], f"docs/architecture.md names paths that do not exist: {missing}"
