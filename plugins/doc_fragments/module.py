@@ -58,3 +58,31 @@ options:
         usual driver directories.
     type: path
 """
+
+    # What the module host_look returns, which the action host_plan returns as it is (plugins/action/host_plan.py
+    # LOOK_KEYS): a RETURN fragment, named in the RETURN of both modules.
+    LOOK = r"""
+paths:
+  description: "C({variable: {path, exists, isdir}}), isdir null where the path does not exist."
+  returned: always
+  type: dict
+records:
+  description: >-
+    C({unit: record}) of the records found; C({}) without O(disagg.sglang.host_look#module:record_dir) or where it
+    does not exist.
+  returned: always
+  type: dict
+listeners:
+  description: >-
+    C({port: owner}) of the TCP listeners; C({}) when O(disagg.sglang.host_look#module:listeners) is false.
+  returned: always
+  type: dict
+bind:
+  description: "C({address: outcome}): C(ok), or why the address cannot be bound on this host."
+  returned: always
+  type: dict
+exists:
+  description: "C({path: bool}) for each path of O(disagg.sglang.host_look#module:exists)."
+  returned: always
+  type: dict
+"""

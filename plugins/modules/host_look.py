@@ -76,26 +76,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-paths:
-  description: "C({variable: {path, exists, isdir}}), isdir null where the path does not exist."
-  returned: always
-  type: dict
-records:
-  description: "C({unit: record}) of the records found; C({}) without O(record_dir) or where it does not exist."
-  returned: always
-  type: dict
-listeners:
-  description: "C({port: owner}) of the TCP listeners; C({}) when O(listeners) is false."
-  returned: always
-  type: dict
-bind:
-  description: "C({address: outcome}): C(ok), or why the address cannot be bound on this host."
-  returned: always
-  type: dict
-exists:
-  description: "C({path: bool}) for each path of O(exists)."
-  returned: always
-  type: dict
+extends_documentation_fragment: [disagg.sglang.module.look]
 ansible_facts:
   description: "C(gpu_topology): the facts M(disagg.sglang.gpu_topology) returns."
   returned: when O(topology) is given

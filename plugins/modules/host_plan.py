@@ -66,26 +66,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-paths:
-  description: As M(disagg.sglang.host_look) returns it.
-  returned: always
-  type: dict
-records:
-  description: As M(disagg.sglang.host_look) returns it.
-  returned: always
-  type: dict
-listeners:
-  description: As M(disagg.sglang.host_look) returns it.
-  returned: always
-  type: dict
-bind:
-  description: As M(disagg.sglang.host_look) returns it.
-  returned: always
-  type: dict
-exists:
-  description: As M(disagg.sglang.host_look) returns it.
-  returned: always
-  type: dict
+extends_documentation_fragment: [disagg.sglang.module.look]
 plan:
   description: What P(disagg.sglang.host_plan#filter) returns (units, placement, problems, warnings, retired).
   returned: when the look succeeded

@@ -53,8 +53,7 @@ def parse_cpulist(text):
 
 
 def format_cpulist(cpus):
-    """[0, 1, 2, 5] -> '0-2,5' (for messages). pd_placement._fmt is its deliberate twin (that file imports nothing
-    of the collection)."""
+    """[0, 1, 2, 5] -> '0-2,5' (for messages, and the units' CPU sets)."""
     cpus = sorted(set(cpus or []))
     if not cpus:
         return ""

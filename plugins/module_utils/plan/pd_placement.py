@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import itertools
 
+from ansible_collections.disagg.sglang.plugins.module_utils.host.gpu_topology_parse import format_cpulist
+
 LINK_ORDER = ["PIX", "PXB", "PHB", "NODE", "SYS"]
 SEARCH_LIMIT = 20000  # DFS steps before settling for the best arrangement found so far
 EXACT_SUBSETS = 3000  # above this many candidate subsets, grow a subset greedily instead
@@ -45,20 +47,8 @@ def link_rank(code):
 
 
 def _fmt(nums):
-    # gpu_topology.format_cpulist's twin, kept here so this file imports nothing of the collection:
-    # tests/hardware/run_topology.py loads it by path on the device machine, where no collection is installed.
-    nums = sorted(set(nums))
-    if not nums:
-        return "none"
-    runs, start, prev = [], nums[0], nums[0]
-    for n in nums[1:]:
-        if n == prev + 1:
-            prev = n
-            continue
-        runs.append((start, prev))
-        start = prev = n
-    runs.append((start, prev))
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    """GPU or CPU numbers as runs for messages: [0, 1, 2, 5] -> '0-2,5'; 'none' for none."""
+    return format_cpulist(nums) or "none"
 
 
 class _Host:
