@@ -17,11 +17,6 @@ plan_inputs = Lazy("plan.plan_inputs")
 sf = Lazy("units.sglang_flags")
 
 
-def host_plan(inputs):
-    """The worker units of one host and the problems with them (see plan.host_plan)."""
-    return plan.host_plan(inputs)
-
-
 def router_plan(worker_specs, inputs):
     """The router unit of one host, built from the planned worker specs (see plan.router_plan)."""
     return plan.router_plan(list(worker_specs), inputs)
@@ -48,20 +43,10 @@ def deployment(looks):
     return plan.deployment(dict(looks or {}))
 
 
-def placement_lines(specs):
-    """The lines the preflight shows of each worker spec's placement (see plan.placement_lines)."""
-    return plan.placement_lines(list(specs or []))
-
-
 def deps_problems(values, group_names):
     """The dependency checks of a host (see plan_inputs.deps_problems). VALUES: {name: value} of the defined
     variables of plan_input_pattern('deps')."""
     return plan_inputs.deps_problems(dict(values or {}), list(group_names or []))
-
-
-def no_gpu_problems(facts, host):
-    """The message when a worker host shows no GPU (see rules.no_gpu_problems)."""
-    return rules.no_gpu_problems(facts, host)
 
 
 def venv_paths(values):
@@ -91,11 +76,6 @@ def plan_settings(values, groups):
         "secrets": plan_inputs.secrets(v),
         "variables": plan_inputs.user_vars(v),
     }
-
-
-def colocated(groups):
-    """Whether one host serves every role (see plan_inputs.colocated). GROUPS: the inventory's groups."""
-    return plan_inputs.colocated(dict(groups or {}))
 
 
 def venvs_to_remove(stamps, in_use, current):
@@ -134,17 +114,6 @@ def router_impl_running(deployed, planned_unit):
     return sf.running_impl(record, planned.get("impl", "sglang_router"))
 
 
-def router_verify_args(impl):
-    """verify_venv.py's arguments for the router venv of IMPL (sglang_router_impl): the module the unit runs, its
-    distribution, and the other routers' distributions, which must not be installed beside it."""
-    try:
-        row = sf.router_impl(impl)
-    except sf.FlagError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-    others = ",".join(r["dist"] for name, r in sf.ROUTER_IMPLS.items() if name != impl)
-    return f"--router-module {row['module']} --router-dist {row['dist']} --other-router-dists {others}"
-
-
 def variable_pattern(role):
     """A regular expression matching exactly the names of ROLE's variables in the table (plan/variables.py),
     for query('ansible.builtin.varnames', ...): the defined ones."""
@@ -165,21 +134,16 @@ def variable_problems(values, role):
 class FilterModule:
     def filters(self):
         return {
-            "host_plan": host_plan,
             "router_plan": router_plan,
-            "router_verify_args": router_verify_args,
             "router_impl_running": router_impl_running,
             "pd_problems": pd_problems,
             "cli_check_groups": cli_check_groups,
             "cli_refusals": cli_refusals,
-            "placement_lines": placement_lines,
             "deployment": deployment,
             "deps_problems": deps_problems,
-            "no_gpu_problems": no_gpu_problems,
             "venv_paths": venv_paths,
             "plan_input_pattern": plan_input_pattern,
             "plan_settings": plan_settings,
-            "colocated": colocated,
             "venvs_to_remove": venvs_to_remove,
             "systemd_line": systemd_line,
             "systemd_env": systemd_env,

@@ -42,9 +42,15 @@ options:
     type: path
   require_gpus:
     description:
-      - Fail, with the reason, when no GPU is found.
+      - Fail, with the reason, when no GPU is found. The message names the host (O(name)) and what to check, as the
+        preflight of C(disagg.sglang) says it (C(plugins/module_utils/plan/rules.py) C(no_gpu_problems)).
     type: bool
     default: false
+  name:
+    description:
+      - The host's name in the message of O(require_gpus) (its inventory name).
+    type: str
+    default: this host
 attributes:
   check_mode:
     support: full
@@ -81,6 +87,7 @@ EXAMPLES = r"""
     source: nvidia-smi
     nvidia_smi_path: /usr/bin/nvidia-smi
     require_gpus: true
+    name: "{{ inventory_hostname }}"
 
 - name: Read a simulated host (fake sysfs tree under /opt/fakegpu/sysroot)
   disagg.sglang.gpu_topology:
@@ -180,6 +187,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.disagg.sglang.plugins.module_utils.host.gpu_topology import read_for
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import rules
 
 
 def main():
@@ -190,6 +198,7 @@ def main():
             "source": {"type": "str", "default": "auto", "choices": ["auto", "nvml", "nvidia-smi"]},
             "require_gpus": {"type": "bool", "default": False},
             "nvml_venv": {"type": "path"},
+            "name": {"type": "str", "default": "this host"},
         },
         supports_check_mode=True,
     )
@@ -198,7 +207,8 @@ def main():
     if error:
         module.fail_json(msg=error)
     if params["require_gpus"] and not facts["gpus"]:
-        module.fail_json(msg=facts["reason"], ansible_facts={"gpu_topology": facts})
+        module.fail_json(msg=". ".join(rules.no_gpu_problems(facts, params["name"])) + ".",
+                         ansible_facts={"gpu_topology": facts})  # fmt: skip
     module.exit_json(changed=False, ansible_facts={"gpu_topology": facts})
 
 

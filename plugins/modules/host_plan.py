@@ -17,7 +17,8 @@ description:
     role's variables against the variable table, the package lists, the variables no longer read); this run's venvs
     are named then and returned as RV(venv_paths).
   - Then the variables of O(variables)'s role against the variable table; then one run of
-    M(disagg.sglang.host_look) on the host; then, on the controller, the filter P(disagg.sglang.host_plan#filter) on
+    M(disagg.sglang.host_look) on the host; then, on the controller, the plan of the host's worker units
+    (C(plugins/module_utils/plan/plan.py) C(host_plan); placement is that of P(disagg.sglang.pd_placement#filter)) on
     the inputs and what the look read (the paths, the TCP listeners, the unit records and, with O(topology), the
     topology), then the host's rules.
   - Fails naming every problem of the first step that found any (joined by C(. )); no unit is planned then. The
@@ -68,7 +69,10 @@ EXAMPLES = r"""
 RETURN = r"""
 extends_documentation_fragment: [disagg.sglang.module.look]
 plan:
-  description: What P(disagg.sglang.host_plan#filter) returns (units, placement, problems, warnings, retired).
+  description:
+    - The plan of the host's worker units (C(plan.host_plan)). C(units), the worker unit specs (empty when C(problems)
+      is not); C(placement), the slot of each instance (C({name, gpus, numa_node, cpus, warnings})); C(problems) and
+      C(warnings), lists of messages; C(retired), the units of this host the inventory no longer has.
   returned: when the look succeeded
   type: dict
 lines:

@@ -99,6 +99,14 @@ def test_require_gpus_fails_with_the_reason(tmp_path, capsys):
     )
     assert rc == 1 and out["failed"] is True
     assert "couldn't communicate with the NVIDIA driver" in out["msg"]
+    # the preflight's words (rules.no_gpu_problems), naming the host the topology role passes
+    assert out["msg"].startswith("this host shows no GPU (no GPU found: nvidia-smi")
+    assert out["msg"].endswith("Check the driver (nvidia-smi), or set sglang_topology_nvidia_smi_path.")
+
+
+def test_require_gpus_names_the_host_it_is_given(tmp_path, capsys):
+    rc, out = run_module({"source": "nvml", "require_gpus": True, "sysfs_root": str(tmp_path), "name": "gpu-7"}, capsys)
+    assert rc == 1 and out["msg"].startswith("gpu-7 shows no GPU (")
 
 
 def test_bad_nvidia_smi_path(tmp_path, capsys):

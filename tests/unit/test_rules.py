@@ -19,6 +19,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
     profile_rules,
     rules,
 )
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan as plan_mod
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import variables as vt
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.module_utils.units import units
@@ -100,7 +101,7 @@ def preflight(
     found = plan_inputs.profile_file(v("sglang_profile"), str(REPO / inventory), str(REPO / "profiles"))
     profile = yaml.safe_load(Path(found["path"]).read_text()) if found["path"] else {}
     stages.append(lambda: found["problems"] if worker_roles else [])
-    plan = F["host_plan"](
+    plan = plan_mod.host_plan(
         {
             "host": v("inventory_hostname"),
             "roles": worker_roles,
@@ -207,7 +208,7 @@ RULES_TESTED_ELSEWHERE = {
 )  # fmt: skip
 def test_a_worker_host_showing_no_gpu_is_named_with_why(facts, expect):
     """The topology role's assert and site.yml's preflight (plan.yml) both say it through this one rule."""
-    assert F["no_gpu_problems"](facts, "gpu-1") == expect
+    assert rules.no_gpu_problems(facts, "gpu-1") == expect
 
 
 def _rules():

@@ -2,7 +2,7 @@
 
 import pytest
 from ansible_collections.disagg.sglang.plugins.module_utils.deps import venvs
-from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, plan_inputs
 
 BASE = {"dir": "/opt/sglang/venvs", "packages": ["sglang==0.5.23", "nvidia-ml-py==13.615.71"],
         "nodeps": ["nixl==1.5.1"], "router_packages": ["sglang-router==0.3.2"], "python": "python3",
@@ -138,3 +138,21 @@ def test_prefill_and_decode_on_different_kv_contracts_never_serve_together(plann
         assert text == ""
     for fragment in fragments:
         assert fragment in text, text
+
+
+@pytest.mark.parametrize(
+    ("impl", "want"),
+    [
+        ("sglang_router", ["--router-module", "sglang_router.launch_router", "--router-dist", "sglang-router",
+                           "--other-router-dists", "smg"]),
+        ("smg", ["--router-module", "smg.launch_router", "--router-dist", "smg",
+                 "--other-router-dists", "sglang-router"]),
+        ("nginx", []),  # not a router the collection runs: the router host's dependency checks refuse it first
+    ],
+)  # fmt: skip
+def test_the_router_venv_is_verified_for_the_chosen_router_and_against_the_other(impl, want):
+    """roles/sglang_deps/tasks/build.yml passes router_verify to verify_venv.py for the router venv."""
+    paths = plan_inputs.venv_paths({"sglang_router_impl": impl, "sglang_venvs_dir": BASE["dir"],
+                                    "sglang_deps_router_packages": BASE["router_packages"]})  # fmt: skip
+    assert paths["router_verify"] == want
+    assert paths["router"].startswith(f"{BASE['dir']}/router-")

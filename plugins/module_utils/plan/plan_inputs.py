@@ -17,6 +17,7 @@ import os
 
 from ansible_collections.disagg.sglang.plugins.module_utils.deps import venvs
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, rules, variables
+from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
 # setting of the plan (plan.host_plan's and plan.router_plan's `settings`) -> the variable it is, as it is
 SETTINGS = {
@@ -160,8 +161,11 @@ def deps_problems(v, group_names):
 
 
 def venv_paths(v):
-    """This run's venvs of a host, each named by its package set (venvs.venvs): sglang_deps_venv_paths."""
-    return venvs.venvs(
+    """This run's venvs of a host, each named by its package set (venvs.venvs): sglang_deps_venv_paths. Also
+    router_verify: the verification's arguments for the router venv (sf.router_verify_args; [] for a router the
+    collection does not run, which the router host's dependency checks refuse first)."""
+    impl = v.get("sglang_router_impl")
+    paths = venvs.venvs(
         {
             "dir": v.get("sglang_venvs_dir"),
             "packages": v.get("sglang_deps_packages"),
@@ -172,6 +176,8 @@ def venv_paths(v):
             "module": v.get("sglang_server_module"),
         }
     )
+    paths["router_verify"] = sf.router_verify_args(impl) if isinstance(impl, str) and impl in sf.ROUTER_IMPLS else []
+    return paths
 
 
 def host_look(v, roles, venv_paths, read_topology):

@@ -179,6 +179,15 @@ def router_impl(name):
     return ROUTER_IMPLS[name]
 
 
+def router_verify_args(name):
+    """verify_venv.py's arguments (roles/sglang_deps/files/verify_venv.py) for the router venv of sglang_router_impl
+    NAME: the module the unit runs, its distribution, and the other routers' distributions, which must not be
+    installed beside it (sglang-router 0.3.2 and smg both ship an `smg` command). FlagError for an unknown NAME."""
+    row = router_impl(name)
+    others = ",".join(r["dist"] for other, r in ROUTER_IMPLS.items() if other != name)
+    return ["--router-module", row["module"], "--router-dist", row["dist"], "--other-router-dists", others]
+
+
 def running_impl(record, planned_impl):
     """The router program a deployed router unit runs: its record's impl (records before SMG name only the module),
     or PLANNED_IMPL where there is no record. A run that switches routers talks to the running one until it
