@@ -1,9 +1,11 @@
 """The sample PD pair the unit tests render: the 1P1D TP4+TP4 instances of the deployment notes; a loopback HTTP
-server for the tests of the modules that ask a URL."""
+server (a quiet handler base, a module-scoped fixture) for the tests of the modules that ask a URL."""
 
 import contextlib
 import threading
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
 
 INSTANCES = {
     "prefill": {"name": "prefill0", "tp": 4, "port": 30000, "bootstrap_port": 8998, "dist_init_port": 30335},
@@ -30,3 +32,28 @@ def loopback_server(handler):
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A loopback handler that answers with one call and logs nothing (pytest shows what a test asserts, not the
+    server's access log)."""
+
+    def answer(self, status, body):
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def loopback_fixture(handler):
+    """A module-scoped fixture `server`: the base URL of HANDLER served on loopback for the module's tests."""
+
+    @pytest.fixture(scope="module")
+    def server():
+        with loopback_server(handler) as url:
+            yield url
+
+    return server

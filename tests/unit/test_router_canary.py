@@ -8,13 +8,12 @@ The real fetch and POST are tested against an HTTP server on loopback, and the m
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 from ansible.module_utils import testing
 from ansible_collections.disagg.sglang.plugins.module_utils.router import router_canary as rc
 from ansible_collections.disagg.sglang.plugins.modules import router_canary as module
-from samples import loopback_server
+from samples import QuietHandler, loopback_fixture
 from test_prom_text import page
 
 ROUTER = "http://127.0.0.1:8000"
@@ -184,32 +183,20 @@ def test_no_worker_no_reading():
 
 
 # A router and two workers on loopback, for the real fetch and POST.
-class _Handler(BaseHTTPRequestHandler):
-    def _answer(self, status, body):
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
+class _Handler(QuietHandler):
     def do_GET(self):
-        self._answer(*{"/p/metrics": (200, page(1, 20.0, 3.0).encode())}.get(self.path, (404, b"no route")))
+        self.answer(*{"/p/metrics": (200, page(1, 20.0, 3.0).encode())}.get(self.path, (404, b"no route")))
 
     def do_POST(self):
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if self.path != "/generate" or self.headers.get("Authorization") != "Bearer canary-key":
-            self._answer(401, b"unauthorized")
+            self.answer(401, b"unauthorized")
             return
         text = f"{request['text']} ({request['sampling_params']['max_new_tokens']} tokens)"
-        self._answer(200, json.dumps({"text": text}).encode())
-
-    def log_message(self, *args):
-        pass
+        self.answer(200, json.dumps({"text": text}).encode())
 
 
-@pytest.fixture(scope="module")
-def server():
-    with loopback_server(_Handler) as url:
-        yield url
+server = loopback_fixture(_Handler)
 
 
 def test_the_real_http_calls(server):

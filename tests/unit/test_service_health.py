@@ -8,13 +8,13 @@ sleeps. fetch itself is tested against a real HTTP server on loopback, and the m
 import functools
 import json
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 from ansible.module_utils import testing
 from ansible_collections.disagg.sglang.plugins.module_utils.units import service_health as sh
 from ansible_collections.disagg.sglang.plugins.modules import service_health as module
-from samples import loopback_server
+from samples import QuietHandler, loopback_fixture
 
 UNIT = "sglang-decode0.service"
 URL = "http://127.0.0.1:30001/health"
@@ -210,22 +210,12 @@ ROUTES = {
 }
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     def do_GET(self):
-        status, body = ROUTES.get(self.path, (404, b"no route"))
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.answer(*ROUTES.get(self.path, (404, b"no route")))
 
 
-@pytest.fixture(scope="module")
-def server():
-    with loopback_server(_Handler) as url:
-        yield url
+server = loopback_fixture(_Handler)
 
 
 @pytest.mark.parametrize(
