@@ -203,3 +203,9 @@ def test_every_repository_path_the_architecture_names_exists():
     named = {t.rstrip("/") for t in re.findall(r"`([^`\s]+)`", ARCHITECTURE.read_text()) if t.startswith(tops)}
     missing = sorted(p for p in named if "*" not in p and "NAME" not in p and not (REPO / p).exists())
     assert named and missing == [], f"docs/architecture.md names paths that do not exist: {missing}"
+
+
+def test_the_readme_states_the_ansible_core_the_collection_requires():
+    required = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())["requires_ansible"]
+    oldest = re.fullmatch(r">=(\d+\.\d+)(?:\.0)?", required).group(1)
+    assert f"ansible-core {oldest} or newer (`meta/runtime.yml`)" in " ".join(README.read_text().split()), required
