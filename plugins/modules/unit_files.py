@@ -148,8 +148,6 @@ def main():
     files = list(params["files"]) + [{**f, "secret": True} for f in params["env_files"]]
     fs = {"backup": module.backup_local, "replace": module.atomic_move}
     result = write(files, params["dirs"], module.check_mode, fs, params["absent"])
-    if not module._diff:
-        result.pop("diff")
     if params["units"]:
 
         def run(argv):

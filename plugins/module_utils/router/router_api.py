@@ -26,7 +26,9 @@ import time
 from http.client import HTTPException
 from urllib.error import HTTPError, URLError
 
-from ansible_collections.disagg.sglang.plugins.module_utils.common.http_request import open_url
+from ansible.module_utils.urls import ConnectionError as UrlsConnectionError
+from ansible.module_utils.urls import open_url
+from ansible_collections.disagg.sglang.plugins.module_utils.units.service_health import DIRECT
 
 HTTP_TIMEOUT = 10  # seconds for one call
 STATES = ("present", "absent", "exact")
@@ -150,11 +152,11 @@ class SglangRouter:
         data = json.dumps(body) if body is not None else None
         try:
             with self.opener(f"{self.url}{path}", method=method, data=data, headers=self.headers,
-                             timeout=self.timeout) as resp:  # fmt: skip
+                             timeout=self.timeout, **DIRECT) as resp:  # fmt: skip
                 status, text = resp.status, resp.read(1 << 20).decode("utf-8", "replace")
         except HTTPError as exc:
             status, text = exc.code, exc.read(2000).decode("utf-8", "replace")
-        except (URLError, OSError, HTTPException) as exc:
+        except (URLError, OSError, HTTPException, UrlsConnectionError) as exc:
             raise RouterNotAnswering(f"{method} {self.url}{path}: no answer ({getattr(exc, 'reason', exc)})") from exc
         try:
             return status, json.loads(text) if text else {}

@@ -18,6 +18,12 @@ READ_LIMIT = 100000  # bytes read from a healthy answer (a /readiness or /health
 HTTP_TIMEOUT = 5  # seconds for one request
 POLL_INTERVAL = 1  # seconds between two polls within one wait
 METRICS_LIMIT = 16 << 20  # bytes read from a /metrics page: the whole page (histograms of every rank can be large)
+# How every request to a worker or the router is made (ansible.module_utils.urls.open_url's options): straight to its
+# address, never through a proxy named in the environment (http_proxy, https_proxy). The collection talks HTTP only to
+# the deployment's own workers and router, addresses of the serving network that a site's outbound proxy cannot reach
+# or should not see (the prompts of the canary, the worker API key); a proxy set for the package downloads of the
+# same run would otherwise take them too, as urllib sends loopback and private addresses to it unless no_proxy says.
+DIRECT = {"use_proxy": False, "http_agent": "disagg.sglang"}
 
 
 def parse_unit_state(rc, out):
@@ -47,15 +53,17 @@ def fetch(url, timeout=HTTP_TIMEOUT, *, data=None, headers=None, limit=READ_LIMI
     from http.client import HTTPException  # noqa: PLC0415
     from urllib.error import HTTPError, URLError  # noqa: PLC0415
 
-    from ansible_collections.disagg.sglang.plugins.module_utils.common.http_request import open_url  # noqa: PLC0415
+    from ansible.module_utils.urls import ConnectionError as UrlsConnectionError  # noqa: PLC0415
+    from ansible.module_utils.urls import open_url  # noqa: PLC0415
 
     method = "GET" if data is None else "POST"
     try:
-        with open_url(url, data=data, headers=headers, method=method, timeout=timeout) as resp:
+        # use_proxy=False: a worker's or the router's own address, never through a proxy of the environment (DIRECT)
+        with open_url(url, data=data, headers=headers, method=method, timeout=timeout, **DIRECT) as resp:
             return resp.status, resp.read(limit).decode("utf-8", "replace"), None
     except HTTPError as exc:  # a 4xx/5xx answer: it carries a status and a body
         return exc.code, exc.read(BODY_LIMIT).decode("utf-8", "replace"), None
-    except (URLError, OSError, HTTPException) as exc:
+    except (URLError, OSError, HTTPException, UrlsConnectionError) as exc:
         return None, "", f"no answer: {getattr(exc, 'reason', exc)}"
 
 

@@ -40,8 +40,9 @@ class CallbackModule(CallbackBase):
         self._write(event="task", name=task.get_name(), path=task.get_path() or "", action=task.action)
 
     def _result(self, status, result):
-        self._write(event="result", status=status, host=result._host.get_name(), name=result._task.get_name(),
-                    action=result._task.action, changed=bool(result._result.get("changed")))  # fmt: skip
+        # ansible-core 2.19's public CallbackTaskResult: host, task, result
+        self._write(event="result", status=status, host=result.host.get_name(), name=result.task.get_name(),
+                    action=result.task.action, changed=bool(result.result.get("changed")))  # fmt: skip
 
     def v2_runner_on_ok(self, result):
         self._result("ok", result)
