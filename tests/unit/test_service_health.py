@@ -2,15 +2,18 @@
 
 The wait loop runs for real with fakes for what it touches: `systemctl show` answers (one per call, the
 last repeats), HTTP answers (one per poll, the last repeats) and a clock that advances only when the loop
-sleeps. fetch itself is tested against a real HTTP server on loopback, and the module once in-process.
+sleeps (the cases: service_health_cases.yml). fetch itself is tested against a real HTTP server on loopback, and
+the module once in-process.
 """
 
 import functools
 import json
 import time
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
+import yaml
 from ansible.module_utils import testing
 from ansible_collections.disagg.sglang.plugins.module_utils.units import service_health as sh
 from ansible_collections.disagg.sglang.plugins.modules import service_health as module
@@ -19,137 +22,26 @@ from samples import QuietHandler, loopback_fixture
 UNIT = "sglang-decode0.service"
 URL = "http://127.0.0.1:30001/health"
 
-RUNNING = {"ActiveState": "active", "SubState": "running", "NRestarts": 0}
-RUNNING_1 = {"ActiveState": "active", "SubState": "running", "NRestarts": 1}
-STARTING = {"ActiveState": "activating", "SubState": "start", "NRestarts": 0}
-AUTO_RESTART = {"ActiveState": "activating", "SubState": "auto-restart", "NRestarts": 0}
-FAILED = {"ActiveState": "failed", "SubState": "failed", "NRestarts": 0}
-INACTIVE = {"ActiveState": "inactive", "SubState": "dead", "NRestarts": 0}
-OK = (200, "{}", None)
-REFUSED = (None, "", "no answer: [Errno 111] Connection refused")
-LOADING = (503, "loading weights", None)
-
-
-def readiness(n):
-    return (200, json.dumps({"healthy_workers": n, "total_workers": 2}), None)
-
-
-# name: (systemctl show answers, HTTP answers, expect_json, wait s) -> healthy, unit_failed, reason, unit_state,
-# polls (HTTP requests made), seconds slept
-CASES = {
-    "healthy at the first poll": (
-        [RUNNING],
-        [OK],
-        {},
-        10,
-        (True, False, "healthy", "active/running, 0 restarts", 1, 0),
-    ),
-    "healthy after loading for 3 s": (
-        [STARTING, STARTING, STARTING, RUNNING],
-        [REFUSED, LOADING, LOADING, OK],
-        {},
-        10,
-        (True, False, "healthy", "active/running, 0 restarts", 4, 3),
-    ),
-    "restarted during the wait (NRestarts grew)": (
-        [RUNNING, RUNNING, RUNNING_1],
-        [LOADING, REFUSED],
-        {},
-        10,
-        (False, True, "no answer: [Errno 111] Connection refused", "active/running, 1 restarts", 2, 1),
-    ),
-    "waiting in auto-restart": (
-        [STARTING, AUTO_RESTART],
-        [REFUSED],
-        {},
-        10,
-        (False, True, "no answer: [Errno 111] Connection refused", "activating/auto-restart, 0 restarts", 1, 0),
-    ),
-    "restarted before the wait began is not a failure": (
-        [RUNNING_1],
-        [LOADING, OK],
-        {},
-        10,
-        (True, False, "healthy", "active/running, 1 restarts", 2, 1),
-    ),
-    "unit failed": (
-        [STARTING, FAILED],
-        [REFUSED],
-        {},
-        10,
-        (False, True, "no answer: [Errno 111] Connection refused", "failed/failed, 0 restarts", 1, 0),
-    ),
-    "unit inactive": (
-        [INACTIVE],
-        [REFUSED],
-        {},
-        10,
-        (False, True, "no answer: [Errno 111] Connection refused", "inactive/dead, 0 restarts", 1, 0),
-    ),
-    "healthy wins over a restart seen in the same poll": (
-        [RUNNING, RUNNING_1],
-        [OK],
-        {},
-        10,
-        (True, False, "healthy", "active/running, 1 restarts", 1, 0),
-    ),
-    "deadline passed while loading": (
-        [STARTING],
-        [LOADING],
-        {},
-        3,
-        (False, False, "HTTP 503", "activating/start, 0 restarts", 4, 3),
-    ),
-    "wait 0 still polls once": (
-        [STARTING],
-        [REFUSED],
-        {},
-        0,
-        (False, False, "no answer: [Errno 111] Connection refused", "activating/start, 0 restarts", 1, 0),
-    ),
-    "router counts too few healthy workers until the deadline": (
-        [RUNNING],
-        [readiness(1)],
-        {"healthy_workers": 2},
-        2,
-        (False, False, "healthy_workers is 1, waiting for 2", "active/running, 0 restarts", 3, 2),
-    ),
-    "router reaches the expected healthy workers": (
-        [RUNNING],
-        [readiness(0), readiness(1), readiness(2)],
-        {"healthy_workers": 2},
-        10,
-        (True, False, "healthy", "active/running, 0 restarts", 3, 2),
-    ),
-    "expected key missing from the JSON": (
-        [RUNNING],
-        [(200, '{"total_workers": 2}', None)],
-        {"healthy_workers": 2},
-        1,
-        (False, False, "healthy_workers is None, waiting for 2", "active/running, 0 restarts", 2, 1),
-    ),
-    "answer is not JSON": (
-        [RUNNING],
-        [(200, "OK", None)],
-        {"healthy_workers": 1},
-        0,
-        (False, False, "answer is not JSON", "active/running, 0 restarts", 1, 0),
-    ),
-    "answer is a JSON list": (
-        [RUNNING],
-        [(200, "[1, 2]", None)],
-        {"healthy_workers": 1},
-        0,
-        (False, False, "answer is not a JSON object", "active/running, 0 restarts", 1, 0),
-    ),
-    "systemctl show fails: state unknown, not a failure": (
-        [None],
-        [LOADING],
-        {},
-        1,
-        (False, False, "HTTP 503", "unknown/unknown, 0 restarts", 2, 1),
-    ),
+# `systemctl show` answers and health URL answers ([status, body, error]) by the names the cases use.
+STATES = {
+    "running": {"ActiveState": "active", "SubState": "running", "NRestarts": 0},
+    "restarted": {"ActiveState": "active", "SubState": "running", "NRestarts": 1},
+    "starting": {"ActiveState": "activating", "SubState": "start", "NRestarts": 0},
+    "auto-restart": {"ActiveState": "activating", "SubState": "auto-restart", "NRestarts": 0},
+    "failed": {"ActiveState": "failed", "SubState": "failed", "NRestarts": 0},
+    "inactive": {"ActiveState": "inactive", "SubState": "dead", "NRestarts": 0},
+    None: None,
 }
+ANSWERS = {
+    "ok": (200, "{}", None),
+    "refused": (None, "", "no answer: [Errno 111] Connection refused"),
+    "loading": (503, "loading weights", None),
+    **{f"readiness {n}": (200, json.dumps({"healthy_workers": n, "total_workers": 2}), None) for n in range(3)},
+}
+RUNNING = STATES["running"]
+OK, REFUSED, LOADING = ANSWERS["ok"], ANSWERS["refused"], ANSWERS["loading"]
+# name: what the wait meets and what it returns (data-driven: service_health_cases.yml says how a case reads)
+CASES = yaml.safe_load((Path(__file__).parent / "service_health_cases.yml").read_text())
 
 
 class FakeHost:
@@ -186,13 +78,16 @@ class FakeHost:
         return self.now
 
 
-@pytest.mark.parametrize("case", CASES, ids=list(CASES))
-def test_wait_healthy(case):
-    states, answers, expect, wait, want = CASES[case]
-    host = FakeHost(states, answers)
-    result = sh.wait_healthy(host.run, UNIT, URL, expect, wait, sleep=host.sleep, clock=host.clock, fetch=host.fetch)
-    got = (result["healthy"], result["unit_failed"], result["reason"], result["unit_state"], host.polls, host.slept)
-    assert got == want
+@pytest.mark.parametrize("name", CASES)
+def test_wait_healthy(name):
+    case = CASES[name]
+    answers = [ANSWERS[a] if isinstance(a, str) else tuple(a) for a in case["answers"]]
+    host = FakeHost([STATES[s] for s in case["states"]], answers)
+    result = sh.wait_healthy(host.run, UNIT, URL, case.get("expect_json", {}), case["wait"], sleep=host.sleep,
+                             clock=host.clock, fetch=host.fetch)  # fmt: skip
+    got = {"healthy": result["healthy"], "unit_failed": result["unit_failed"], "polls": host.polls,
+           "slept": host.slept}  # fmt: skip
+    assert (got, result["reason"], result["unit_state"]) == (case["want"], case["reason"], case["unit_state"])
     assert not (result["healthy"] and result["unit_failed"])
     assert all(cmd[:3] == ["systemctl", "show", UNIT] for cmd in host.commands)
 
