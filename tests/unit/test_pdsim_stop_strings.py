@@ -77,8 +77,8 @@ def test_every_route_stops_at_a_stop_string_streamed_or_not(sims):
     stop = " " + words[3]  # the fourth word (with its space) of what the same prompt generates
     want_text = " " + " ".join(words[:3])
 
-    status, out = http("POST", sim.url("/generate"), {"text": "q", "sampling_params": {"max_new_tokens": 8,
-                                                                                          "stop": [stop]}})  # fmt: skip
+    body = {"text": "q", "sampling_params": {"max_new_tokens": 8, "stop": [stop]}}
+    status, out = http("POST", sim.url("/generate"), body)
     assert status == 200 and out["text"] == want_text
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
     assert out["meta_info"]["completion_tokens"] == 4 == len(out["output_ids"])
