@@ -232,6 +232,7 @@ def figure_p2(args, tmp):
             f"  no-op run {index + 1}: {playbook.seconds:.1f} s, ok={counts['ok']} (tasks that reached the host; "
             f"{len(remote)} of them ran a module on a host), changed=0, skipped={counts['skipped']}"
         )
+    say_task_costs(playbook)
     floor = p2_floor(inventory, playbook, args.runs, tmp)
     if not args.keep:
         teardown(SPEED)
@@ -245,6 +246,22 @@ def figure_p2(args, tmp):
         f"no-op run started); with sglang's /health (>= 1 s: http_server.py health_generate sleeps 1 s before it "
         f"looks) {floor['seconds'] + 1:.1f} s; the no-op run beyond it {seconds - floor['seconds'] - 1:.1f} s",
     ]
+
+
+def say_task_costs(playbook, top=15):
+    """Where the last no-op run's time went: its slowest tasks (start to the next task's start) and the time per task
+    file, from the bench_timing callback."""
+    spans = sorted(((end - start, task) for start, end, task in playbook.task_spans()), key=lambda s: -s[0])
+    say(f"  the last no-op run's {top} slowest of {len(spans)} tasks (s, file:line, action):")
+    for seconds, task in spans[:top]:
+        where = task["path"].split("/roles/")[-1].split("/playbooks/")[-1]
+        say(f"    {seconds:5.2f}  {task['name'][:70]}  ({where}, {task['action'].rsplit('.', 1)[-1]})")
+    per_file = {}
+    for seconds, task in spans:
+        name = task_file(task).split("/roles/")[-1] if task["path"] else "(no file)"
+        per_file[name] = per_file.get(name, 0.0) + seconds
+    say("  per task file (s): " + "; ".join(f"{name} {sec:.1f}" for name, sec in
+                                            sorted(per_file.items(), key=lambda i: -i[1])[:10]))  # fmt: skip
 
 
 def p2_floor(inventory, playbook, runs, tmp):
