@@ -20,7 +20,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, pl
 # what host_look returns, returned as it returns it (the preflight registers it: the router's plan and the
 # deployment's venv check read it)
 LOOK_KEYS = ("paths", "records", "listeners", "bind", "exists")
-OPTIONS = {"topology": bool, "variables": str}
+OPTIONS = {"topology": (bool,), "variables": (str, list)}
 # the shipped flag profiles (the collection's profiles/, beside plugins/)
 SHIPPED_PROFILES = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "profiles"))
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -68,8 +68,8 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
-        wrong = [f"{key} must be a {kind.__name__}" for key, kind in OPTIONS.items()
-                 if key in args and not isinstance(args[key], kind)]  # fmt: skip
+        wrong = [f"{key} must be a {' or a '.join(kind.__name__ for kind in kinds)}" for key, kinds in OPTIONS.items()
+                 if key in args and not isinstance(args[key], kinds)]  # fmt: skip
         unknown = sorted(set(args) - set(OPTIONS))
         if wrong or unknown:
             raise AnsibleActionFail("; ".join(wrong + [f"unknown option {key}" for key in unknown]))
@@ -79,8 +79,14 @@ class ActionModule(ActionBase):
         # on its own checked and named them), then the variables against the table, then this run's venvs
         named = "sglang_deps_venv_paths" in v
         problems = [] if named else plan_inputs.deps_problems(v, group_names)
-        if not problems and args.get("variables"):
-            problems = plan_inputs.table_problems(v, args["variables"])
+        # every role's variables this run reads (site.yml's preflight: the monitoring and accuracy plays' too, so a bad
+        # value is named before any host changes, not at the end of the run)
+        table_roles = args.get("variables") or []
+        for role in [] if problems else [table_roles] if isinstance(table_roles, str) else table_roles:
+            try:
+                problems = problems + plan_inputs.table_problems(v, role)
+            except KeyError as exc:
+                raise AnsibleActionFail(f"variables: {exc.args[0]}") from exc
         if problems:
             return self._fail(result, problems)
         venv_paths = dict(v["sglang_deps_venv_paths"] or {}) if named else plan_inputs.venv_paths(v)

@@ -16,7 +16,7 @@ description:
   - Where C(sglang_deps_venv_paths) is not defined yet (site.yml's preflight), first the dependency checks (the deps
     role's variables against the variable table, the package lists, the variables no longer read); this run's venvs
     are named then and returned as RV(venv_paths).
-  - Then the variables of O(variables)'s role against the variable table; then one run of
+  - Then the variables of O(variables)'s roles against the variable table; then one run of
     M(disagg.sglang.host_look) on the host; then, on the controller, the plan of the host's worker units
     (C(plugins/module_utils/plan/plan.py) C(host_plan); placement is that of P(disagg.sglang.pd_placement#filter)) on
     the inputs and what the look read (the paths, the TCP listeners, the unit records and, with O(topology), the
@@ -35,10 +35,12 @@ options:
     default: false
   variables:
     description:
-      - A role of the collection's variable table (C(module_utils/plan/variables.py)) whose variables are checked
-        from the task's variables (type, range, choices) before the look; the task fails naming every problem.
-        Left out, none are.
-    type: str
+      - Roles of the collection's variable table (C(module_utils/plan/variables.py)), one or a list, whose variables
+        are checked from the task's variables (type, range, choices, the members of lists) before the look; the task
+        fails naming every problem. Left out, none are. site.yml's preflight names the roles of every play of the
+        run (C(sglang), C(sglang_monitoring), C(sglang_bench)), so a bad value of the last play fails before any host
+        changes.
+    type: raw
 attributes:
   action:
     support: full

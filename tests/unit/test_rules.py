@@ -28,6 +28,10 @@ from inventory_vars import GROUPS, Resolved, host_vars
 REPO = Path(__file__).resolve().parents[2]
 ROWS = yaml.safe_load((REPO / "tests/cases/bad_inventories.yml").read_text())
 F = FilterModule().filters()
+# the roles of the variable table whose variables site.yml's preflight checks in its one task per host (host_plan)
+PREFLIGHT_TABLE_ROLES = yaml.safe_load((REPO / "playbooks/preflight.yml").read_text())[0]["tasks"][0]["vars"][
+    "_sglang_variable_roles"
+]
 
 
 def gather(fixture, tmp):
@@ -88,7 +92,8 @@ def preflight(
     worker_roles = plan_inputs.worker_roles(values, list(groups))
     # the preflight's dependency checks (host_plan, where no venvs are named yet)
     stages = [lambda: plan_inputs.deps_problems(values, list(groups))]
-    stages.append(table("sglang"))
+    # host_plan's check of the variables of every play of site.yml (playbooks/preflight.yml names the roles), one step
+    stages.append(lambda: [m for role in PREFLIGHT_TABLE_ROLES for m in table(role)()])
     found_paths, found_listeners = host_looks(values, worker_roles, missing, listeners)
     shared = {"settings": plan_inputs.settings(values, variables["_sglang_colocated"], v("sglang_deps_venv_paths")),
               "secrets": plan_inputs.secrets(values)}  # fmt: skip

@@ -33,7 +33,7 @@ KINDS = {
     "float": {"float", "fraction"},
     "str": {"str", "text", "path", "path_or_empty", "host", "choice", "duration", "mode", "secret", "pattern"},
     "path": {"path", "path_or_empty"},
-    "list": {"list", "list_of_str", "list_of_int"},
+    "list": {"list", "list_of_str", "list_of_path", "list_of_int"},
     "dict": {"map"},
     "raw": {"port", "int", "float", "str", "path", "choice", "map"},
 }

@@ -538,6 +538,38 @@ def router_packages_problems(router_packages, impl):
     return problems
 
 
+def _requirement_key(requirement):
+    """A requirement as pip reads it: the normalized name and the rest without blanks ('SGLang == 0.5.23' is
+    'sglang==0.5.23')."""
+    rest = re.split(r"(?=[<>=!~ ;\[@])", requirement.strip(), maxsplit=1)[1:]
+    return requirement_name(requirement) + re.sub(r"\s+", "", "".join(rest)).lower()
+
+
+def package_twice_problems(lists):
+    """A distribution named more than once among the lists of one venv (LISTS: [(variable, requirements)]): pip cannot
+    install two versions into one venv (sglang==0.5.23 beside sglang==0.5.22 fails the deps step, after the preflight),
+    and the same requirement twice says nothing the list does not say once."""
+    seen = {}
+    for var, requirements in lists:
+        for requirement in requirements:
+            seen.setdefault(requirement_name(requirement), []).append((var, requirement.strip()))
+    problems = []
+    for dist, found in seen.items():
+        if len(found) < 2:
+            continue
+        where = list(dict.fromkeys(var for var, _r in found))
+        times = "twice" if len(found) == 2 else f"{len(found)} times"
+        named = f"{where[0]} names {dist} {times}" if len(where) == 1 else (
+            f"{' and '.join(where)} both name {dist}")  # fmt: skip
+        given = ", ".join(r for _v, r in found)
+        if len({_requirement_key(r) for _v, r in found}) > 1:
+            problems.append(f"{named} with different requirements ({given}): one venv holds one version of it, and "
+                            "pip refuses the pair or takes one of them. Keep the one requirement you mean")  # fmt: skip
+        else:
+            problems.append(f"{named} ({given}): one venv installs it once. Keep one of them, in one list")
+    return problems
+
+
 def deps_problems(packages, packages_nodeps, wheelhouse, router_packages=None):
     """The venvs' package lists: shapes, sgl-kernel beside sglang-kernel, NIXL without its dependencies."""
     problems = []
@@ -561,6 +593,11 @@ def deps_problems(packages, packages_nodeps, wheelhouse, router_packages=None):
             "nixl-cu12 and nixl-cu13 and torch. Move the NIXL packages to sglang_deps_packages_nodeps (nixl==1.5.1 "
             "and nixl-cu13==1.5.1 for sglang 0.5.23's CUDA 13 stack)"
         )
+    # the engine venv gets both lists; the router's venv its own
+    problems += package_twice_problems([("sglang_deps_packages", packages), ("sglang_deps_packages_nodeps",
+                                                                           packages_nodeps)])  # fmt: skip
+    if router_packages is not None:
+        problems += package_twice_problems([("sglang_deps_router_packages", router_packages)])
     if wheelhouse and (not isinstance(wheelhouse, str) or not wheelhouse.startswith("/")):
         problems.append(f'sglang_deps_wheelhouse ({wheelhouse!r}) must be an absolute path on the host, or ""')
     return problems

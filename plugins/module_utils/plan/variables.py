@@ -42,7 +42,8 @@ def _v(role, kind, span=(None, None), what="", *, choices=None, also=()):
 S, D, T, W, R, B, M = ROLES
 # The table: one row per variable, every row of one shape on purpose (`duplicates` pairs runs of them).
 # kind: bool | str (not empty) | text (may be empty) | path (absolute) | path_or_empty | host | port | int | float |
-# fraction (a float in its range, where 0.9 means 90 %) | choice | duration | mode | list_of_str | list_of_int |
+# fraction (a float in its range, where 0.9 means 90 %) | choice | duration | mode | list_of_str (each member one of
+# choices, where the row has them) | list_of_path (absolute paths) | list_of_int (each member in the range) |
 # map | list (a structured list with its own rules) | secret (its own rules: single line, vault) | pattern:<NAME>
 VARIABLES = {
     # roles/sglang: the workers' shared settings
@@ -75,12 +76,12 @@ VARIABLES = {
     "sglang_group": _v(S, "str"),
     "sglang_gpu_groups": _v(S, "list_of_str"),
     "sglang_state_dir": _v(S, "path"),
-    "sglang_read_write_paths": _v(S, "list_of_str"),
+    "sglang_read_write_paths": _v(S, "list_of_path"),
     "sglang_gpu_device_policy": _v(S, "choice", choices=["closed", "auto", "strict"]),
     "sglang_gpu_device_allow": _v(S, "list_of_str"),
     "sglang_env_dir": _v(S, "path"),
     "sglang_record_dir": _v(S, "path"),
-    "sglang_retire_roles": _v(S, "list_of_str"),
+    "sglang_retire_roles": _v(S, "list_of_str", choices=["prefill", "decode"]),
     "sglang_hf_token": _v(S, "secret"),
     "sglang_prefill_instances": _v(S, "list"),
     "sglang_decode_instances": _v(S, "list"),
@@ -226,7 +227,9 @@ UNSET = "__disagg_sglang_unset__"
 
 
 def names(role):
-    """The variables of ROLE, in table order."""
+    """The variables of ROLE, in table order (a KeyError for a role the table does not have)."""
+    if role not in ROLES:
+        raise KeyError(f"{role!r} is not a role of the variable table (one of {', '.join(ROLES)})")
     return [name for name, spec in VARIABLES.items() if spec["role"] == role]
 
 
@@ -261,7 +264,8 @@ def range_text(name):
         "bool": "true or false", "str": "non-empty string", "text": "string (may be empty)",
         "path": "absolute path", "path_or_empty": 'absolute path or `""`', "host": "host name or IP address",
         "duration": "Prometheus duration (`5m`)", "mode": "octal file mode (`0644`)",
-        "list_of_str": "list of strings", "map": "mapping (NAME: value)", "list": "list (rules of its own)",
+        "list_of_str": "list of strings", "list_of_path": "list of absolute paths", "map": "mapping (NAME: value)",
+        "list": "list (rules of its own)",
         "secret": "single-line string (vault)",
     }  # fmt: skip
     if kind.startswith("pattern:"):
@@ -320,9 +324,8 @@ def _problem(name, value):
         "host": _host_ok,
         "duration": lambda v: isinstance(v, str) and bool(DURATION.match(v)),
         "mode": lambda v: isinstance(v, str) and bool(MODE.match(v)),
-        "list_of_str": lambda v: isinstance(v, list) and all(
-            isinstance(i, str) and i.strip() and (not spec["choices"] or i in spec["choices"]) for i in v
-        ),
+        "list_of_str": lambda v: isinstance(v, list) and not _bad_members(spec, v),
+        "list_of_path": lambda v: isinstance(v, list) and not _bad_members(spec, v),
         "map": lambda v: v is None or isinstance(v, dict),
         "list": lambda v: isinstance(v, list),
         "secret": lambda v: v is None or isinstance(v, str),
@@ -336,14 +339,33 @@ def _problem(name, value):
         hint = " (a quoted 'false' is a non-empty string, which counts as true: write it unquoted)"
     if kind == "host" and isinstance(value, str) and (":" in value or "/" in value):
         hint = " (a host name or address only: no scheme, port or path; the port has its own variable)"
-    if kind == "list_of_str" and isinstance(value, str):
+    if kind in ("list_of_str", "list_of_path") and isinstance(value, str):
         hint = " (a single value still needs its - in YAML)"
+    elif kind in ("list_of_str", "list_of_path") and isinstance(value, list):
+        bad = ", ".join(repr(m) for m in _bad_members(spec, value))
+        what = "one of them" if spec["choices"] else "an absolute path" if kind == "list_of_path" else "a string"
+        what = what if what != "a string" else "a non-empty string"
+        hint = f" ({bad}: not {what}; correct or remove it)"
     return f"{name} is {_shown(value)}: it must be {_a(range_text(name))}{hint}{_what(spec)}"
 
 
 def _what(spec):
     """What the value means, after the rule: ' (seconds)'; nothing for a pattern (its rule is its meaning)."""
     return f" ({spec['what']})" if spec["what"] and not spec["kind"].startswith("pattern:") else ""
+
+
+def _bad_members(spec, value):
+    """The members of a list VALUE that its row refuses: not a non-empty string, not one of the row's choices, not an
+    absolute path (list_of_path)."""
+
+    def ok(member):
+        if not isinstance(member, str) or not member.strip():
+            return False
+        if spec["kind"] == "list_of_path" and not member.startswith("/"):
+            return False
+        return not spec["choices"] or member in spec["choices"]
+
+    return [member for member in value if not ok(member)]
 
 
 def _host_ok(value):
