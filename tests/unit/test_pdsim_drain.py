@@ -6,6 +6,7 @@ Simulator subprocesses on 127.0.0.1; every wait is bounded (each test takes abou
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -14,9 +15,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"))
 
+from sglang_pd_sim.cli import load_knobs
+
 from tests.http_client import http
 
-POLL = {"SGLANG_SIM_DRAIN_POLL": "0.05"}  # the SIGTERM watchdog period (sglang: 5 s)
+# the SIGTERM watchdog period (sglang: 5 s), and a scheduler that exits at once after the drain's ShutdownReq (default
+# 15 s, sglang's bound): these tests time the drain; the shutdown after it has tests of its own below
+POLL = {"SGLANG_SIM_DRAIN_POLL": "0.05", "SGLANG_SIM_SCHEDULER_EXIT": "0"}
 SLOW = {"SGLANG_SIM_TOKEN_LATENCY": "0.05", **POLL}  # 20 tokens: about 1 s in flight
 
 
@@ -93,3 +98,43 @@ def test_force_shutdown_does_not_wait(sims):
     thread.join(10)
     assert out["answer"][0] is None, out  # cut off: no answer, which is what forcing means
     assert "force shutdown flag set" in sim.log()
+
+
+# --- after the drain: ShutdownReq, and up to 15 s for the schedulers (tokenizer_manager.py sigterm_watchdog) ----------
+
+
+def test_shutdown_knobs_default_to_sglangs_15_s_grace():
+    default = load_knobs({})
+    assert (default.scheduler_exit, default.shutdown_grace) == (15.0, 15.0)  # _SCHEDULER_EXIT_TIMEOUT_SECS
+    knobs = load_knobs({"SGLANG_SIM_SCHEDULER_EXIT": "2.5", "SGLANG_SIM_SHUTDOWN_GRACE": "4"})
+    assert (knobs.scheduler_exit, knobs.shutdown_grace) == (2.5, 4.0)
+
+
+def test_after_the_drain_the_worker_spends_the_schedulers_exit_time_before_it_exits(sims):
+    sim = sims.start("null", env={**SLOW, "SGLANG_SIM_SCHEDULER_EXIT": "1.5"})
+    thread, out = start_request(sim)  # about 1 s
+    wait_in_flight(sim)
+    sim.popen.send_signal(signal.SIGTERM)
+    thread.join(10)
+    assert out["answer"][0] == 200
+    drained_at = out["done_at"]
+    time.sleep(0.5)
+    # shutting down: still listening, health 503, not yet exited
+    assert sim.popen.poll() is None and http("GET", sim.url("/health"))[0] == 503
+    assert sim.popen.wait(5) == 0
+    assert time.monotonic() - drained_at >= 1.4  # the scheduler's 1.5 s after the drain, not an exit at once
+    log = sim.log()
+    assert "Sent ShutdownReq to the scheduler; waiting up to 15s" in log and "Schedulers still alive" not in log
+    [line] = [ln for ln in log.splitlines() if "sim_lifecycle=" in ln]
+    record = json.loads(line.split("sim_lifecycle=", 1)[1])
+    assert record["exit"]["reason"] == "drained" and record["shutdown"]["seconds"] == 1.5
+    assert record["exit"]["time"] - record["shutdown"]["time"] >= 1.4
+
+
+def test_a_scheduler_slower_than_the_grace_is_killed_at_the_grace(sims):
+    sim = sims.start("null", env={**POLL, "SGLANG_SIM_SCHEDULER_EXIT": "30", "SGLANG_SIM_SHUTDOWN_GRACE": "1"})
+    t0 = time.monotonic()
+    sim.popen.send_signal(signal.SIGTERM)
+    assert sim.popen.wait(5) == 0
+    assert 0.95 <= time.monotonic() - t0 < 2.5
+    assert "Schedulers still alive 1s after ShutdownReq, killing them" in sim.log()

@@ -22,7 +22,9 @@ from sglang_pd_sim.cli import load_knobs
 
 from tests.http_client import http
 
-FAST_DRAIN = {"SGLANG_SIM_DRAIN_POLL": "0.1"}
+# the watchdog's period, and a scheduler that exits at once after ShutdownReq (sglang: up to 15 s; timed in
+# test_pdsim_drain.py): these tests are about what the drain does, not how long the shutdown after it takes
+FAST_DRAIN = {"SGLANG_SIM_DRAIN_POLL": "0.1", "SGLANG_SIM_SCHEDULER_EXIT": "0"}
 
 
 def timed(method: str, url: str, body=None, timeout: float = 10.0):
@@ -121,8 +123,11 @@ def test_stalled_scheduler_lives_answers_info_hangs_generation_and_fails_health(
     wait_for(lambda: lifecycle(sim)["stalled"], what="the stall")
     with pytest.raises(TimeoutError):
         generate(sim, timeout=1.0)  # does not progress: the client times out
-    for path in ("/v1/models", "/server_info", "/metrics"):
+    for path in ("/v1/models", "/model_info", "/v1/loads", "/metrics"):  # the tokenizer's own: they answer
         assert http("GET", sim.url(path))[0] == 200, path
+    for path in ("/server_info", "/get_server_info"):  # get_internal_state asks the scheduler: hangs
+        with pytest.raises(TimeoutError):
+            http("GET", sim.url(path), timeout=1.0)
     assert http("GET", sim.url("/ready"))[0] == 200  # no health check failed yet: still Up
     status, took = timed("GET", sim.url("/health"))
     assert status == 503 and 1.9 <= took < 4, took  # after SGLANG_HEALTH_CHECK_TIMEOUT
@@ -137,10 +142,13 @@ def test_stall_ends_requests_resume_and_health_recovers_up(sims):
     window = wait_for(lambda: lifecycle(sim)["stall_window"], what="the stall window")
     wait_for(lambda: lifecycle(sim)["stalled"], what="the stall")
     thread, out = in_background(lambda: generate(sim))
+    info_thread, info = in_background(lambda: http("GET", sim.url("/server_info"), timeout=10))
     assert timed("GET", sim.url("/health"))[0] == 503  # 1 s without an answer
     assert http("GET", sim.url("/ready"))[0] == 503
     thread.join(10)
+    info_thread.join(10)
     assert out["answer"][0] == 200 and out["done_at"] >= window[1] - 0.05  # answered once the stall ended
+    assert info["answer"][0] == 200 and info["done_at"] >= window[1] - 0.05  # so did /server_info
     assert http("GET", sim.url("/health"))[0] == 200  # a later successful check sets Up again
     assert http("GET", sim.url("/ready"))[0] == 200 and lifecycle(sim)["server_status"] == "Up"
 
@@ -148,8 +156,10 @@ def test_stall_ends_requests_resume_and_health_recovers_up(sims):
 # --- SIGTERM: the watchdog ------------------------------------------------------------------------------------
 
 
-def test_sigterm_while_unhealthy_exits_at_once_cutting_in_flight_requests(sims):
-    env = {"SGLANG_SIM_STALL_AFTER": "0.2", "SGLANG_HEALTH_CHECK_TIMEOUT": "1", **FAST_DRAIN}
+def test_sigterm_while_unhealthy_skips_the_drain_and_waits_out_the_stalled_schedulers_exit(sims):
+    # the stalled scheduler never reads the ShutdownReq: sglang waits its whole grace (15 s; 1 s here), then kills it
+    env = {"SGLANG_SIM_STALL_AFTER": "0.2", "SGLANG_HEALTH_CHECK_TIMEOUT": "1", "SGLANG_SIM_SHUTDOWN_GRACE": "1",
+           **FAST_DRAIN}  # fmt: skip
     sim = sims.start("null", env=env)
     wait_for(lambda: lifecycle(sim)["stalled"], what="the stall")
     thread, out = in_background(lambda: generate(sim, timeout=10))
@@ -158,10 +168,13 @@ def test_sigterm_while_unhealthy_exits_at_once_cutting_in_flight_requests(sims):
     t0 = time.monotonic()
     sim.popen.send_signal(signal.SIGTERM)
     assert sim.popen.wait(5) == 0
-    assert time.monotonic() - t0 < 1.5  # no drain: the stalled request would never finish
+    # no drain (the stalled request would never finish), then the full grace although SCHEDULER_EXIT is 0
+    assert 0.95 <= time.monotonic() - t0 < 2.5
     thread.join(5)
     assert out["answer"][0] is None, out  # cut off
     assert "Signal SIGTERM received while health check failed. Force exiting." in sim.log()
+    assert "Schedulers still alive 1s after ShutdownReq, killing them" in sim.log()
+    assert exit_record(sim)["shutdown"]["scheduler_stalled"] is True
     record = exit_record(sim)
     assert record["exit"]["reason"] == "unhealthy" and record["sigterm"]["in_flight"] == 1
     assert record["sigterm"]["server_status"] == "UnHealthy"
@@ -170,7 +183,7 @@ def test_sigterm_while_unhealthy_exits_at_once_cutting_in_flight_requests(sims):
 
 
 def test_watchdog_checks_every_period(sims):
-    env = {"SGLANG_SIM_TOKEN_LATENCY": "0.05", "SGLANG_SIM_DRAIN_POLL": "0.5"}
+    env = {"SGLANG_SIM_TOKEN_LATENCY": "0.05", "SGLANG_SIM_DRAIN_POLL": "0.5", "SGLANG_SIM_SCHEDULER_EXIT": "0"}
     sim = sims.start("null", env=env)
     thread, out = in_background(lambda: generate(sim, tokens=40))  # about 2 s
     wait_for(lambda: lifecycle(sim)["requests_open"] == 1, what="a request in flight")

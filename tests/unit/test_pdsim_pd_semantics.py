@@ -224,7 +224,9 @@ def wait_gauge(sim, name: str, value: float, timeout: float) -> float:
 
 def test_a_request_whose_client_hung_up_leaves_the_bootstrap_queue_and_the_drain(sims):
     # the default check period (4 s), as sglang; a watchdog period short enough to see the drain end at once
-    prefill = sims.start("prefill", "--enable-metrics", env={"SGLANG_SIM_DRAIN_POLL": "0.2"})
+    # (and a scheduler that exits at once after the drain: sglang's up to 15 s is timed in test_pdsim_drain.py)
+    prefill = sims.start("prefill", "--enable-metrics", env={"SGLANG_SIM_DRAIN_POLL": "0.2",
+                                                             "SGLANG_SIM_SCHEDULER_EXIT": "0"})  # fmt: skip
     t0 = time.monotonic()
     waiting = post_open(prefill, body_for(prefill, 31))  # no decode ever connects for room 31
     wait_gauge(prefill, "sglang:num_prefill_bootstrap_queue_reqs", 1.0, 3)

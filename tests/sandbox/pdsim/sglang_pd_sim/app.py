@@ -104,6 +104,29 @@ def _drain(state: SimState) -> str:
     return "stopped"
 
 
+def _shutdown_schedulers(state: SimState) -> None:
+    """sglang/srt/managers/tokenizer_manager.py `sigterm_watchdog` (0.5.23) after its drain loop, on every way out of
+    it (drained, UnHealthy and SGL_FORCE_SHUTDOWN alike: `force_exit_handler` is a no-op, then `break`): it sends
+    ShutdownReq to the schedulers and waits up to _SCHEDULER_EXIT_TIMEOUT_SECS (15) for them to exit
+    (scheduler.py `handle_shutdown` breaks the event loop; `run_scheduler_process` then releases host resources and
+    aborts NCCL), then `kill_process_tree(os.getpid(), include_parent=False, wait_timeout=60)` SIGKILLs what is left
+    (instant here) and the server stops. A responsive simulated scheduler takes SGLANG_SIM_SCHEDULER_EXIT seconds
+    (default the whole 15 s grace: the bound sglang allows, since the real exit time of a GPU scheduler was never
+    measured here); a stalled one never reads the ShutdownReq, so the wait is always the full grace
+    (SGLANG_SIM_SHUTDOWN_GRACE, sglang's constant 15; only tests shorten it)."""
+    knobs = state.knobs
+    grace = knobs.shutdown_grace
+    stalled = state.life.stalled()
+    wait = grace if stalled else min(knobs.scheduler_exit, grace)
+    state.life.shutdown = {"time": time.time(), "seconds": wait, "scheduler_stalled": stalled}
+    if wait > 0:
+        log.info("Sent ShutdownReq to the scheduler; waiting up to %gs for it to exit", grace)
+        time.sleep(wait)  # not state.stop: a SIGINT meanwhile does not shorten sglang's wait either
+    if stalled or knobs.scheduler_exit > grace:
+        log.warning("Schedulers still alive %gs after ShutdownReq, killing them before they released: [%d]",
+                    grace, os.getpid())  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     knobs = load_knobs()
@@ -184,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         while not state.stop.wait(knobs.drain_poll):
             if state.draining.is_set():
                 reason = _drain(state)
+                if reason != "stopped":
+                    _shutdown_schedulers(state)
                 break
     state.stop.set()  # ends long polls and simulated waits
     for srv in servers:

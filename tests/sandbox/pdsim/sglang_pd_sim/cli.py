@@ -40,6 +40,8 @@ simulator knobs (environment variables, never flags):
   SGLANG_SIM_KV_TRANSFER_GBPS=G simulated KV transfer speed, GB/s; 0 = instant (20)
   SGLANG_SIM_KV_CAPACITY_TOKENS=N   KV pool size in tokens, for sglang:token_usage (524288)
   SGLANG_SIM_DRAIN_POLL=S       period of the SIGTERM watchdog (checks SIGTERM, then in-flight requests) (5, as sglang)
+  SGLANG_SIM_SCHEDULER_EXIT=S   seconds the scheduler takes to exit after the drain's ShutdownReq (15)
+  SGLANG_SIM_SHUTDOWN_GRACE=S   sglang's wait for the schedulers after ShutdownReq, then SIGKILL (15; tests only)
   SGLANG_SIM_STALL_AFTER=S      the scheduler stalls S seconds after the server is up (unset: never)
   SGLANG_SIM_STALL_FOR=S        how long the stall lasts (unset, empty or inf: for good)
   sglang's own: SGLANG_HEALTH_CHECK_TIMEOUT=N (20), SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION (true),
@@ -370,6 +372,8 @@ class Knobs:
     stall_after: float | None = None
     stall_for: float | None = None  # None: for good
     health_check_timeout: int = 20
+    scheduler_exit: float = 15.0
+    shutdown_grace: float = 15.0
     health_endpoint_generation: bool = True
     architecture: str = "DeepseekV4ForCausalLM"
     fail_generate: int | None = None
@@ -460,6 +464,9 @@ def load_knobs(env=None, version: str | None = None) -> Knobs:
         stall_after=_env_optional(env, "SGLANG_SIM_STALL_AFTER", problems),
         stall_for=_env_optional(env, "SGLANG_SIM_STALL_FOR", problems),
         health_check_timeout=_env_health_timeout(env, problems),
+        # tokenizer_manager.py _SCHEDULER_EXIT_TIMEOUT_SECS = 15: the wait for the schedulers after ShutdownReq
+        scheduler_exit=_env_float(env, "SGLANG_SIM_SCHEDULER_EXIT", 15.0, problems),
+        shutdown_grace=_env_float(env, "SGLANG_SIM_SHUTDOWN_GRACE", 15.0, problems),
         health_endpoint_generation=_env_bool(env, "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", True, problems),
         architecture=env.get("SGLANG_SIM_ARCH") or "DeepseekV4ForCausalLM",
         raw_fail=",".join(filter(None, (*release.fail, env.get("SGLANG_SIM_FAIL", "")))),

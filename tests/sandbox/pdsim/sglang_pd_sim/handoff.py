@@ -37,11 +37,29 @@ class HandoffMixin(BaseHandler):
     def wait_for_kv(self, host, port, room: int, input_tokens: int = 0) -> None:
         """Waits for the room's KV; with the NIXL handoff on (nixl_handoff.py), the room's bytes come through NIXL
         into a slot this decode offered the prefill first, and are checked before the decode generates."""
+        self._beat = None  # (bootstrap address, token) once the prefill was reached: the heartbeat watches it
         try:
             self._wait_for_kv(host, port, room, input_tokens)
         except BaseException:
             nixl_handoff.release(self.state.args.disaggregation_transfer_backend, room)
             raise
+        finally:
+            if self._beat is not None:
+                self.state.heartbeat.untrack(self._beat[0])
+
+    def _heartbeat(self, netloc: str, room: int, phase: str) -> None:
+        """sglang/srt/disaggregation/common/conn.py: the receiver's room is tied to its prefill's bootstrap address
+        (addr_to_rooms_tracker) from the first contact on; when the heartbeat drops that prefill
+        (`_handle_node_failure`, heartbeat.py) the room fails: HTTP 500 after about two heartbeat periods."""
+        st = self.state
+        if self._beat is None:
+            self._beat = (netloc, st.heartbeat.track(netloc))
+        elif st.heartbeat.failed(*self._beat):
+            raise HandoffError(
+                f"KVTransferError(bootstrap_room={room}): Lost connection with prefill instance (bootstrap_addr: "
+                f"{netloc}) after {st.heartbeat.max_failures} missed heartbeat(s) every {st.heartbeat.interval:g}s",
+                "transfer" if phase == "WaitingForInput" else "bootstrap",
+            )
 
     def _wait_for_kv(self, host, port, room: int, input_tokens: int) -> None:
         st = self.state
@@ -70,9 +88,12 @@ class HandoffMixin(BaseHandler):
             self.abort_if_client_gone()  # the decode's request waits in its prealloc / transfer queue
             wait = max(0.0, min(1.0, deadline - time.monotonic()))  # long-poll: answered as soon as KV lands
             url = f"http://{netloc}/sim/kv/{room}?wait={wait:.3f}"
+            if self._beat is not None:
+                self._heartbeat(netloc, room, phase)  # its prefill dropped by the heartbeat: the room fails
             try:
                 with DIRECT.open(url, timeout=wait + 2.0) as resp:
                     data = json.loads(resp.read() or b"{}")
+                self._heartbeat(netloc, room, phase)  # reached: from now on the heartbeat watches this prefill
                 if data.get("state") == "transferred":
                     self.check_compat(data.get("handoff") or {}, room, netloc)
                     self._note = f"handoff={1000 * (time.monotonic() - deadline + timeout):.0f}ms"
@@ -87,6 +108,7 @@ class HandoffMixin(BaseHandler):
                 phase, why = "WaitingForInput", "prefill has the room but its KV transfer has not completed"
             except urllib.error.HTTPError as exc:
                 if exc.code == 404:
+                    self._heartbeat(netloc, room, phase)  # the bootstrap server answered: reached
                     try:
                         self.check_compat((json.loads(exc.read() or b"{}")).get("handoff") or {}, room, netloc)
                     except ValueError:
@@ -95,7 +117,8 @@ class HandoffMixin(BaseHandler):
                 else:
                     why = f"bootstrap server answered HTTP {exc.code}"
             except (OSError, ValueError) as exc:
-                phase, why = "Bootstrapping", f"cannot reach prefill bootstrap server: {exc}"
+                why = f"cannot reach prefill bootstrap server: {exc}"
+                phase = phase if self._beat is not None else "Bootstrapping"
             if time.monotonic() >= deadline:
                 raise HandoffError(
                     f"KVTransferError(bootstrap_room={room}): Request {self._rid} timed out after {timeout:.1f}s "

@@ -28,6 +28,23 @@ def request_state_wait_timeout() -> float:
         return 4.0
 
 
+def keep_alive_timeout() -> float:
+    """sglang's SGLANG_TIMEOUT_KEEP_ALIVE (sglang/srt/environ.py, EnvInt(5)), which http_server.py `launch_server`
+    hands to uvicorn as `timeout_keep_alive`: a connection idle that long after its last response is closed."""
+    try:
+        value = float(os.environ.get("SGLANG_TIMEOUT_KEEP_ALIVE") or 5)
+    except ValueError:
+        return 5.0
+    return value if value > 0 else 5.0
+
+
+# The prefill's bootstrap server is aiohttp's (sglang/srt/disaggregation/common/conn.py: web.AppRunner with aiohttp's
+# default keepalive_timeout of 75 s).
+BOOTSTRAP_KEEP_ALIVE = 75.0
+# A request that has begun (its line read): reads and writes of its socket time out only after this long.
+REQUEST_IO_TIMEOUT = 120.0
+
+
 class ClientGone(Exception):
     """The client closed the connection: mid-stream, or while its request waited (abort_if_client_gone)."""
 
@@ -56,7 +73,7 @@ class BaseHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "sglang-pd-sim/" + __version__
     sys_version = ""
-    timeout = 120  # idle keep-alive connections go away eventually
+    timeout = None  # set per phase: keep-alive between requests, REQUEST_IO_TIMEOUT within one (handle_one_request)
 
     server: SimHTTPServer
 
@@ -64,6 +81,24 @@ class BaseHandler(BaseHTTPRequestHandler):
     @property
     def state(self) -> SimState:
         return self.server.state
+
+    def handle_one_request(self):
+        """The wait for a request line is the keep-alive wait: on the worker port sglang's uvicorn closes a connection
+        idle for SGLANG_TIMEOUT_KEEP_ALIVE (5 s) after its last response (uvicorn starts `timeout_keep_alive` when a
+        response completes), so a client's pooled connection older than that is gone. The first request of a
+        connection, and a request once its line arrived, get REQUEST_IO_TIMEOUT."""
+        served = getattr(self, "_served", 0)
+        if served:
+            idle = keep_alive_timeout() if self.server.listener == "http" else BOOTSTRAP_KEEP_ALIVE
+        else:
+            idle = REQUEST_IO_TIMEOUT
+        self.connection.settimeout(idle)
+        self._served = served + 1
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        self.connection.settimeout(REQUEST_IO_TIMEOUT)  # the request line arrived: no longer idle
+        return super().parse_request()
 
     def reset_request_state(self) -> None:
         # one handler object serves every request of a keep-alive connection

@@ -41,6 +41,7 @@ class Lifecycle:
         self.listening_at: float | None = None  # the HTTP port listens (weights loaded)
         self.up_at: float | None = None  # first ServerStatus.Up (warm-up done): the stall clock starts here
         self.sigterm: dict | None = None
+        self.shutdown: dict | None = None  # after the drain: ShutdownReq and the wait for the scheduler (app.py)
         self.exit: dict | None = None
         self.requests: collections.deque = collections.deque(maxlen=MAX_REQUESTS)
         self._health_pending = False
@@ -178,6 +179,7 @@ class Lifecycle:
                 "stall_window": self.stall_window(),
                 "last_receive": self.last_receive,
                 "sigterm": dict(self.sigterm, rids=[e["rid"] for e in self._at_sigterm]) if self.sigterm else None,
+                "shutdown": dict(self.shutdown) if self.shutdown else None,
                 "exit": dict(self.exit) if self.exit else None,
             }
         body["requests_total"] = len(requests)

@@ -11,6 +11,7 @@ from sglang_pd_sim import SGLANG_VERSION, __version__
 from sglang_pd_sim.cli import Knobs
 from sglang_pd_sim.collector import SimMetrics
 from sglang_pd_sim.engine import Engine
+from sglang_pd_sim.heartbeat import PrefillHeartbeat
 from sglang_pd_sim.lifecycle import Lifecycle, ServerStatus
 
 MAX_RECORDS = 20000
@@ -46,6 +47,8 @@ class SimState:
         self.engine = Engine(knobs)
         self.metrics = SimMetrics(model_name=self.model_name, role=self.role, dp_size=args.dp_size or 1)
         self.life = Lifecycle(knobs)
+        # decode: sglang's heartbeat to the prefills it takes KV from (heartbeat.py); its thread starts with the first
+        self.heartbeat = PrefillHeartbeat(self.stop)
 
     def is_ready(self) -> bool:
         """sglang/srt/managers/tokenizer_manager.py is_ready / is_healthy: not paused, not gracefully exiting,

@@ -28,8 +28,8 @@ class WorkerHandler(GenerationMixin, HealthMixin, InfoMixin, MetricsMixin):
             self.send_json(503, {"error": {"message": "The server is not ready yet (loading weights)."}})
             return
         get_routes = {
-            "/server_info": lambda: self.send_json(200, st.server_info()),
-            "/get_server_info": lambda: self.send_json(200, st.server_info()),
+            "/server_info": self.server_info,
+            "/get_server_info": self.server_info,
             "/model_info": lambda: self.send_json(200, self.model_info()),
             "/get_model_info": lambda: self.send_json(200, self.model_info()),
             "/v1/models": lambda: self.send_json(200, self.models()),
@@ -53,6 +53,18 @@ class WorkerHandler(GenerationMixin, HealthMixin, InfoMixin, MetricsMixin):
             self.send_text(200, "Cache flushed.\n")
             return
         self.send_json(404, {"detail": "Not Found"})
+
+    def server_info(self) -> None:
+        """sglang/srt/entrypoints/http_server.py `server_info` (and the deprecated `get_server_info`, which awaits it):
+        `await tokenizer_manager.get_internal_state()` asks every scheduler over ZMQ (tokenizer_control_mixin.py, a
+        FanOutCommunicator with no timeout, sglang/srt/managers/communicator.py), so on a stalled scheduler the call
+        hangs until the stall ends or the client gives up. The other information routes (/model_info, /v1/models,
+        /v1/loads from the published load snapshot, /metrics) are the tokenizer's own and answer."""
+        st = self.state
+        if st.life.stalled():
+            self._note = "scheduler-stalled"
+        st.life.wait_scheduler(st.stop)
+        self.send_json(200, st.server_info())
 
     def authorized(self) -> bool:
         key = self.state.args.api_key
