@@ -102,14 +102,36 @@ def health_wait_problems(timeout, poll):
     ]
 
 
+# sglang 0.5.23's stop after SIGTERM (sglang/srt/managers/tokenizer_manager.py `sigterm_watchdog`): the watchdog sees
+# the signal at its next 5 s tick, drains what is still in flight looking every 5 s, then sends ShutdownReq and waits
+# up to _SCHEDULER_EXIT_TIMEOUT_SECS (15) for its schedulers before it kills them (kill_process_tree).
+SIGTERM_WATCHDOG_TICK = 5
+SCHEDULER_EXIT_GRACE = 15
+
+
+def sigterm_stop_seconds(drain):
+    """The longest sglang takes from SIGTERM to exit when what it still holds drains within DRAIN seconds: one
+    watchdog tick to see the signal, the drain seen done at a tick (rounded up to the tick), then the schedulers'
+    exit grace."""
+    tick = SIGTERM_WATCHDOG_TICK
+    return tick + -(-int(drain) // tick) * tick + SCHEDULER_EXIT_GRACE
+
+
 def drain_timeout_problems(drain, stop):
-    """The rolling drain wait must end before systemd's stop timeout would cut sglang's own SIGTERM drain."""
-    if drain is None or not (_positive_int(drain) and _positive_int(stop)) or int(drain) < int(stop):
+    """The unit's stop timeout must cover sglang's own stop after the rolling drain wait: what is still in flight
+    when the wait ends (the wait's length again at most, the rule's assumption) drains in sglang's SIGTERM drain,
+    then sglang shuts its schedulers down for up to 15 s; systemd SIGKILLs at the stop timeout."""
+    if drain is None or not (_positive_int(drain) and _positive_int(stop)):
+        return []
+    need = sigterm_stop_seconds(drain)
+    if need < int(stop):
         return []
     return [
-        f"sglang_rolling_drain_timeout ({drain}) must be below sglang_stop_timeout ({stop}): what is still in flight "
-        "when the drain wait ends finishes in sglang's SIGTERM drain, which systemd cuts at the stop timeout; "
-        "lower the drain timeout or raise sglang_stop_timeout"
+        f"sglang_rolling_drain_timeout ({drain}) leaves sglang_stop_timeout ({stop}) too short: after SIGTERM sglang "
+        f"needs up to {need} s (a {SIGTERM_WATCHDOG_TICK} s watchdog tick, the drain of what is still in flight seen "
+        f"at a {SIGTERM_WATCHDOG_TICK} s tick, {SCHEDULER_EXIT_GRACE} s for its schedulers to exit) and systemd kills "
+        f"it at the stop timeout, in the middle of its shutdown; raise sglang_stop_timeout above {need} or lower the "
+        "drain timeout"
     ]
 
 

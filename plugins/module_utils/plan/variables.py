@@ -62,7 +62,9 @@ VARIABLES = {
     "sglang_router_impl": _v(S, "choice", choices=["sglang_router", "smg"], what="the router program in front"),
     "sglang_rolling_batch": _v(S, "int", (0, 64), "instances restarted at once; 0: all at once, no rolling"),
     "sglang_rolling_router_timeout": _v(S, "int", (1, 3600), "seconds"),
-    "sglang_rolling_drain_timeout": _v(S, "int", (1, 86400), "seconds, below sglang_stop_timeout"),
+    "sglang_rolling_drain_timeout": _v(
+        S, "int", (1, 86400), "seconds; sglang_stop_timeout > it (rounded up to 5) + 20"
+    ),
     "sglang_restart_sec": _v(S, "int", (1, 3600), "seconds"),
     "sglang_start_limit_burst": _v(S, "int", (1, 1000), "starts"),
     "sglang_start_limit_interval": _v(S, "int", (1, 86400), "seconds"),
