@@ -3,6 +3,8 @@
 #   - Debian packages (debootstrap, systemd-container, shellcheck for ansible-test sanity, ...), from the
 #     machine's own apt sources;
 #   - the project venv .venv (python3.12 + ansible-core 2.21 where 3.12 exists, else 3.11 + 2.19);
+#   - the oldest supported ansible-core's venv .venv-oldest (python3.11 + ansible-core 2.19, the Debian 12 case, with
+#     the same tools), where scripts/test.sh runs the unit tests and a converge again (meta/runtime.yml's lower end);
 #   - the collection link .collections/ansible_collections/disagg/sglang -> repo root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +48,29 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
     | grep -v 'is ignored: it is neither a file nor a directory' || true
   .venv/bin/python -c 'import ansible, molecule, testinfra, sglang_router' 
   echo "$want" > "$stamp"
+fi
+
+# The oldest supported: Python 3.11 and ansible-core 2.19 (meta/runtime.yml's lower end), the same tools.
+pick_python311() {
+  local c
+  for c in /root/.pyenv/versions/3.11*/bin/python3.11 /usr/local/bin/python3.11 /usr/bin/python3.11 python3.11; do
+    if "$c" -c 'import sys, venv; sys.exit(sys.version_info[:2] != (3, 11))' >/dev/null 2>&1; then
+      command -v "$c"; return
+    fi
+  done
+  echo "bootstrap: no python3.11 found (the oldest supported venv .venv-oldest needs it)" >&2
+  exit 1
+}
+
+stamp_oldest=.venv-oldest/.bootstrap-stamp
+if [[ ! -f $stamp_oldest || $(cat "$stamp_oldest") != "$want" ]]; then
+  py=$(pick_python311)
+  echo "bootstrap: venv .venv-oldest from $py with ansible-core>=2.19,<2.20"
+  [[ -x .venv-oldest/bin/python ]] || "$py" -m venv .venv-oldest
+  .venv-oldest/bin/python -m pip install -q --disable-pip-version-check 'ansible-core>=2.19,<2.20' \
+    -r requirements/controller.txt 2>&1 | grep -v 'is ignored: it is neither a file nor a directory' || true
+  .venv-oldest/bin/python -c 'import ansible, molecule, testinfra, sglang_router'
+  echo "$want" > "$stamp_oldest"
 fi
 
 mkdir -p .collections/ansible_collections/disagg

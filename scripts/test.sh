@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test in two lanes at once, each printing its lines with its name in front:
 #   lane A: the multi-host module (one three-host deployment and a sequence of changes, on sglang-router and then on
-#           SMG), then molecule;
+#           SMG), then molecule, then the oldest supported ansible-core (2.19 on Python 3.11, .venv-oldest): the unit
+#           tests and molecule's site scenario (converge, idempotence, verify);
 #   lane B: the linters, then pytest on everything else (unit tests and the other sandbox modules, the fault module
 #           ending on SMG and the benchmark and accuracy module among them).
 # Stop 28: lane A 28 min, lane B 48 min; the multi-host module's SMG steps (a switch, a rolling change, a kill, a
@@ -67,7 +68,19 @@ recap() {
 
 lane_a() {
   run_pytest "${LANE_A_TESTS[@]}" -p no:cacheprovider --basetemp="${TMPDIR:-/tmp}/disagg-test-lane-a" --durations=10 &&
-    run_molecule
+    run_molecule && run_oldest
+}
+
+# The oldest ansible-core of meta/runtime.yml's range (the newest is .venv, which runs everything else): its unit tests
+# and one real converge, molecule's site scenario (one host, prefill, decode and router; converge, idempotence,
+# verify), with .venv-oldest (scripts/bootstrap.sh) first on PATH. In lane A, which has the slack (last CI: lane A
+# ~30 min, lane B ~41 min); this adds about 5 min of unit tests and 5 min of converge.
+run_oldest() {
+  echo "== oldest supported: ansible-core $(.venv-oldest/bin/python -c 'from ansible.release import __version__ as v
+print(v)'), $(.venv-oldest/bin/python -V)"
+  PATH="$PWD/.venv-oldest/bin:$PATH" run_pytest tests/unit -p no:cacheprovider \
+    --basetemp="${TMPDIR:-/tmp}/disagg-test-oldest" &&
+    PATH="$PWD/.venv-oldest/bin:$PATH" molecule test -s site
 }
 
 lane_b() {

@@ -206,6 +206,8 @@ def test_every_repository_path_the_architecture_names_exists():
 
 
 def test_the_readme_states_the_ansible_core_the_collection_requires():
+    """meta/runtime.yml's range (">=2.19.0,<2.22": the oldest and the newest release tested) in the README's words."""
     required = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())["requires_ansible"]
-    oldest = re.fullmatch(r">=(\d+\.\d+)(?:\.0)?", required).group(1)
-    assert f"ansible-core {oldest} or newer (`meta/runtime.yml`)" in " ".join(README.read_text().split()), required
+    oldest, major, below = re.fullmatch(r">=(\d+\.\d+)(?:\.0)?,<(\d+)\.(\d+)", required).groups()
+    newest = f"{major}.{int(below) - 1}"
+    assert f"ansible-core {oldest} to {newest} (`meta/runtime.yml`" in " ".join(README.read_text().split()), required
