@@ -14,10 +14,12 @@ description:
   - For each instance at once - reads its C(/metrics) until it holds no request (the sglang scheduler gauges) or
     C(drain_timeout) seconds pass; restarts its unit (systemd's SIGTERM lets sglang drain what is left) and enables
     it where it is not; polls its health URL every O(poll) seconds, at most O(wait) seconds, stopping early when the
-    unit fails or restarts; once it is healthy, removes its previous files (those the rollback would have read).
+    unit fails or restarts, or has stalled (silent for O(stall_timeout) seconds while its port takes requests, see
+    M(disagg.sglang.service_health)); once it is healthy, removes its previous files (those the rollback would have
+    read).
   - The rolling step (roles/sglang_worker/tasks/rolling_batch.yml) calls it once per host of a batch, after the batch
     left the router; an instance not healthy within O(wait) is waited for further with
-    M(disagg.sglang.service_health), from the restart count returned here.
+    M(disagg.sglang.service_health), from the restart count and the deadline returned here.
 options:
   instances:
     description:
@@ -32,9 +34,17 @@ options:
     type: int
     default: 60
   wait:
-    description: Seconds to wait for health after the restart.
+    description: Seconds to wait for health after the restart in this call.
     type: int
     default: 10
+  health_timeout:
+    description:
+      - Seconds from the restart to the end of the whole health wait (this call's and the caller's later ones), returned
+        as each instance's C(deadline). Left out, the wait is this call's O(wait).
+    type: int
+  stall_timeout:
+    description: Seconds of silence (port open, /health unanswered) after which an instance counts as stalled.
+    type: float
   poll:
     description: Seconds between two readings of the metrics (drain) or of the health URL.
     type: float
@@ -73,6 +83,18 @@ services:
     unit_failed:
       description: Whether the unit failed or was restarted by systemd while waited for.
       type: bool
+    stalled:
+      description: Whether the instance stalled (silent for O(stall_timeout) seconds).
+      type: bool
+    timed_out:
+      description: Whether the deadline passed before it was healthy, failed or stalled.
+      type: bool
+    done:
+      description: Whether its wait is over (healthy, failed, stalled or timed out).
+      type: bool
+    deadline:
+      description: When its whole health wait ends, in seconds since the epoch (null without O(health_timeout)).
+      type: float
     unit:
       description: The unit (C(.service) added).
       type: str
@@ -118,6 +140,8 @@ ARGUMENT_SPEC = {
     "instances": {"type": "list", "elements": "dict", "required": True},
     "drain_timeout": {"type": "int", "default": 60},
     "wait": {"type": "int", "default": 10},
+    "health_timeout": {"type": "int"},
+    "stall_timeout": {"type": "float"},
     "poll": {"type": "float", "default": 0.25},
     "journal_lines": {"type": "int", "default": 40},
 }
@@ -128,8 +152,9 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, **MODULE_OPTIONS)
     params = module.params
     if module.check_mode:
-        results = [{"healthy": False, "unit_failed": False, "reason": "not restarted (check mode)",
-                    "item": entry} for entry in params["instances"]]  # fmt: skip
+        said = {"healthy": False, "unit_failed": False, "stalled": False, "timed_out": False, "done": True,
+                "reason": "not restarted (check mode)"}  # fmt: skip
+        results = [{**said, "item": entry} for entry in params["instances"]]
         module.exit_json(changed=False, services=results, healthy=False)
 
     def run(argv):
@@ -139,7 +164,8 @@ def main():
         return journal_tail(run, unit, params["journal_lines"])
 
     results = restart_all(run, params["instances"], params["wait"], params["drain_timeout"], journal=journal,
-                          remove=remove, poll=params["poll"])  # fmt: skip
+                          remove=remove, poll=params["poll"], health_timeout=params["health_timeout"],
+                          stall_timeout=params["stall_timeout"])  # fmt: skip
     module.exit_json(changed=True, services=results, healthy=all(r["healthy"] for r in results))
 
 

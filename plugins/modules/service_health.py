@@ -14,7 +14,11 @@ description:
     its JSON body reaches expected values), for at most O(wait) seconds.
   - Stops waiting as soon as the unit has failed or was restarted by systemd, so a crash-looping
     worker is reported at once rather than after the whole timeout.
-  - Meant to be called with C(until)/C(retries), so a long wait prints one progress line per call.
+  - Stops waiting when the service has stalled - its port takes the request and nothing answers (or a non-200 comes
+    only after a second, sglang's health check timing out) for O(stall_timeout) seconds - which is not how a service
+    that loads (port closed) or warms up (503 at once) answers.
+  - Meant to be called with C(until) (on RV(done)) and a fixed O(deadline), so a long wait prints one progress line
+    per call and ends on the clock, whatever each call cost.
   - When the service is not healthy, returns the tail of the unit's journal.
 options:
   unit:
@@ -29,9 +33,10 @@ options:
       - Several services of the host, each C({unit, url, expect, restarts, item}), waited for at once (the wait is the
         slowest one's, not their sum). C(expect) is as O(expect_json); C(restarts) is the unit's C(NRestarts) when
         the whole wait began (so a restart between two calls of an C(until) loop still ends the wait; read at the
-        start of the call when left out); C(item) is returned unchanged with its result.
-      - Returns RV(services) instead of one service's keys; RV(healthy) is true when all are healthy and
-        RV(unit_failed) when none is still waiting but some failed.
+        start of the call when left out); C(deadline) is the service's own O(deadline); C(item) is returned unchanged
+        with its result.
+      - Returns RV(services) instead of one service's keys; RV(healthy) is true when all are healthy,
+        RV(unit_failed) when none is still waiting but some failed, RV(done) when none is still waiting.
     type: list
     elements: dict
   expect_json:
@@ -39,9 +44,23 @@ options:
       - "Keys of the JSON response and the smallest value each must reach, e.g. C({healthy_workers: 2})."
     type: dict
   wait:
-    description: Seconds to poll before returning.
+    description:
+      - Seconds to poll before returning (one call's window, for a progress line); a silence being timed against
+        O(stall_timeout) holds the call past it.
     type: int
     default: 10
+  deadline:
+    description:
+      - When the whole wait ends, in seconds since the epoch (fixed once, e.g. C(now().timestamp() + timeout), so
+        every call of an C(until) loop ends by the same time; the hosts keep the controller's time, as NTP does).
+        No probe outlasts it. Left out, each call ends after O(wait).
+    type: float
+  stall_timeout:
+    description:
+      - Seconds the service may go silent - its port takes requests, /health answers nothing in its HTTP timeout or
+        a non-200 only after a second - before it counts as stalled (RV(stalled)) and the wait ends. Left out, no
+        stall is judged.
+    type: float
   poll:
     description: Seconds between two polls within one call (the rolling step polls a restarting instance every 0.25 s).
     type: float
@@ -61,9 +80,11 @@ EXAMPLES = r"""
     unit: sglang-decode0.service
     url: http://127.0.0.1:30001/health
     wait: 10
+    deadline: "{{ now().timestamp() + 1800 }}"
+    stall_timeout: 30
   register: health
-  until: health.healthy or health.unit_failed
-  retries: 180
+  until: health.done
+  retries: 1000  # a bound never reached: the deadline ends the wait
   delay: 0
 
 - name: Wait until the router counts both workers healthy
@@ -81,6 +102,18 @@ healthy:
   returned: always
 unit_failed:
   description: Whether the unit failed or was restarted by systemd while waiting.
+  type: bool
+  returned: always
+stalled:
+  description: Whether the service stalled (silent for O(stall_timeout) seconds while its port takes requests).
+  type: bool
+  returned: always
+timed_out:
+  description: Whether O(deadline) passed before the service was healthy, failed or stalled.
+  type: bool
+  returned: always
+done:
+  description: Whether the wait is over (healthy, failed, stalled or timed out); the C(until) condition.
   type: bool
   returned: always
 unit_state:
@@ -116,6 +149,8 @@ ARGUMENT_SPEC = {
     "services": {"type": "list", "elements": "dict"},
     "expect_json": {"type": "dict"},
     "wait": {"type": "int", "default": 10},
+    "deadline": {"type": "float"},
+    "stall_timeout": {"type": "float"},
     "poll": {"type": "float", "default": 1.0},
     "journal_lines": {"type": "int", "default": 40},
 }
@@ -139,16 +174,21 @@ def main():
 
     if params["services"] is not None:
         services = [{**s, "expect": s.get("expect") or {}} for s in params["services"]]
-        results = wait_all(run, services, params["wait"], journal=journal, poll=params["poll"])
+        results = wait_all(run, services, params["wait"], journal=journal, poll=params["poll"],
+                           deadline=params["deadline"], stall_timeout=params["stall_timeout"])  # fmt: skip
         module.exit_json(
             changed=False,
             services=results,
             healthy=all(r["healthy"] for r in results),
             unit_failed=not all(r["healthy"] for r in results)
             and all(r["healthy"] or r["unit_failed"] for r in results),
+            stalled=any(r["stalled"] for r in results),
+            timed_out=any(r["timed_out"] for r in results),
+            done=all(r["done"] for r in results),
         )
     service = {"unit": params["unit"], "url": params["url"], "expect": params["expect_json"] or {}}
-    result = wait_all(run, [service], params["wait"], journal=journal, poll=params["poll"])[0]
+    result = wait_all(run, [service], params["wait"], journal=journal, poll=params["poll"],
+                      deadline=params["deadline"], stall_timeout=params["stall_timeout"])[0]  # fmt: skip
     result.pop("item")
     module.exit_json(changed=False, **result)
 

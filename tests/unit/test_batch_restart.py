@@ -62,7 +62,7 @@ class FakeHost:
             )
         raise AssertionError(argv)
 
-    def fetch(self, url):
+    def fetch(self, url, timeout=None):
         with self.lock:
             self.fetched.append((round(self.now - 1000.0, 2), url, self.restarted))
             queue = self.answers[url]
@@ -191,7 +191,7 @@ def test_instances_of_one_host_drain_at_once(tmp_path):
     barrier = threading.Barrier(2, timeout=5)
     fetch = host.fetch
 
-    def meeting_fetch(url):
+    def meeting_fetch(url, timeout=None):
         if url == METRICS:
             barrier.wait()
         return fetch(url)
@@ -212,3 +212,41 @@ def test_instances_of_one_host_drain_at_once(tmp_path):
 )
 def test_metrics_url(health_url, want):
     assert service_health.metrics_url(health_url) == want
+
+
+class SilentHost(FakeHost):
+    """A host whose restarted instance stalls: every health probe is taken and answered by nothing, so it costs its
+    whole HTTP timeout on the clock (what a stalled sglang scheduler does to a probe shorter than its 20 s check)."""
+
+    def fetch(self, url, timeout=None):
+        if url == HEALTH:
+            with self.lock:
+                self.fetched.append((round(self.now - 1000.0, 2), url, self.restarted))
+                self.now += timeout
+            return None, "", f"{service_health.SILENT} {timeout:g} s"
+        return super().fetch(url, timeout)
+
+
+def test_a_stalled_instance_ends_the_call_as_stalled_within_its_bound_and_returns_the_deadline(tmp_path):
+    """The stall bound holds the call past its window (wait 2 s) until 12 s of silence; the deadline returned is
+    health_timeout seconds from the restart, on the clock, for the caller's later calls."""
+    host = SilentHost({METRICS: [metrics(0)]})
+    [result] = br.restart_all(host.run, [entry(tmp_path)], 2, 3, journal=lambda unit: f"journal of {unit}",
+                              remove=remove, fetch=host.fetch, sleep=host.sleep, clock=host.clock,
+                              health_timeout=300, stall_timeout=12)  # fmt: skip
+    assert (result["healthy"], result["unit_failed"], result["stalled"], result["timed_out"], result["done"]) == (
+        False, False, True, False, True)  # fmt: skip
+    assert result["reason"].startswith("stalled:") and result["journal"] == "journal of sglang-decode1.service"
+    assert result["deadline"] == 1000.0 + 300
+    assert 12 <= host.now - 1000.0 <= 12 + service_health.HTTP_TIMEOUT + br.POLL
+    assert result["dropped"] == [] and (tmp_path / "sglang-decode1.previous~").exists()
+
+
+def test_a_deadline_cuts_a_probe_of_a_stalled_instance_to_the_time_left(tmp_path):
+    """With no stall bound, a health_timeout of 7 s ends the wait at 7 s on the clock although each probe of the
+    silent instance would take 5 s: the last probe is given only what is left."""
+    host = SilentHost({METRICS: [metrics(0)]})
+    [result] = br.restart_all(host.run, [entry(tmp_path)], 60, 3, journal=lambda unit: "", remove=remove,
+                              fetch=host.fetch, sleep=host.sleep, clock=host.clock, health_timeout=7)  # fmt: skip
+    assert (result["timed_out"], result["stalled"], result["done"]) == (True, False, True)
+    assert 7 <= host.now - 1000.0 <= 7 + service_health.MIN_PROBE

@@ -65,7 +65,7 @@ class FakeHost:
             return 1, "", "Failed to connect to bus"
         return 0, "".join(f"{key}={value}\n" for key, value in props.items()), ""
 
-    def fetch(self, url):
+    def fetch(self, url, timeout=None):
         assert url == URL
         self.polls += 1
         return self._next(self.answers)
@@ -154,7 +154,7 @@ def test_module_returns_the_journal_when_not_healthy(monkeypatch, capsys):
         return 0, "ActiveState=failed\nSubState=failed\nNRestarts=3\n", ""
 
     monkeypatch.setattr(module.AnsibleModule, "run_command", run_command)
-    monkeypatch.setattr(module, "wait_all", functools.partial(sh.wait_all, fetch=lambda url: REFUSED))
+    monkeypatch.setattr(module, "wait_all", functools.partial(sh.wait_all, fetch=lambda url, timeout=None: REFUSED))
     rc, out = run_module({"unit": UNIT, "url": URL, "wait": 5, "journal_lines": 7, "_ansible_check_mode": True}, capsys)
     assert rc == 0
     assert (out["changed"], out["healthy"], out["unit_failed"]) == (False, False, True)
@@ -179,7 +179,7 @@ def test_services_of_a_host_are_waited_for_at_once_each_with_its_own_outcome():
     """Three services whose health answers take 0.3 s each: one wait of them takes about one answer, not three; a
     crashed one is named failed with its journal, the others keep their own outcome and their item."""
 
-    def fetch(url):
+    def fetch(url, timeout=None):
         time.sleep(0.3)
         return (200, "{}", None) if "ok" in url else REFUSED
 
@@ -207,10 +207,10 @@ def test_a_restart_since_the_whole_wait_began_counts_in_a_later_call():
         return 0, "ActiveState=activating\nSubState=start\nNRestarts=2\n", ""
 
     service = {"unit": "d.service", "url": "http://h/d", "restarts": 1}
-    result = sh.wait_all(run, [service], 5, journal=lambda unit: "", fetch=lambda url: REFUSED)[0]
+    result = sh.wait_all(run, [service], 5, journal=lambda unit: "", fetch=lambda url, timeout=None: REFUSED)[0]
     assert (result["healthy"], result["unit_failed"]) == (False, True)
-    result = sh.wait_all(run, [{**service, "restarts": 2}], 0, journal=lambda unit: "", fetch=lambda url: REFUSED,
-                         sleep=lambda s: None)[0]  # fmt: skip
+    result = sh.wait_all(run, [{**service, "restarts": 2}], 0, journal=lambda unit: "",
+                         fetch=lambda url, timeout=None: REFUSED, sleep=lambda s: None)[0]  # fmt: skip
     assert (result["healthy"], result["unit_failed"]) == (False, False)
 
 
@@ -243,3 +243,107 @@ def test_a_prefill_s_metrics_are_read_once_it_is_healthy(answers, metrics_answer
     assert results[0].get("content") == want
     assert "content" not in results[1]
     assert read == (["http://127.0.0.1:30001/metrics"] if results[0]["healthy"] else [])
+
+
+# --- every wait ends on the clock; loading, warming and stalled told apart ---------------------------------------
+
+
+def until_done(fetch, timeout, wait, stall_timeout=None, calls_at_most=1000):
+    """The role's until loop over the module's calls (roles/sglang/tasks/wait.yml): one deadline fixed before the
+    first call, each call a window of WAIT seconds, until a call says done. Returns the last result, the calls and
+    the seconds on a clock that only the probes and the sleeps move."""
+    host = FakeHost([RUNNING], [OK])
+    deadline = host.now + timeout
+    calls = 0
+
+    def timed_fetch(url, timeout=sh.HTTP_TIMEOUT):
+        status, body, error, seconds = fetch(timeout)
+        host.now += seconds
+        return status, body, error
+
+    for calls in range(1, calls_at_most + 1):  # noqa: B007 (the count is returned)
+        [result] = sh.wait_all(host.run, [{"unit": UNIT, "url": URL}], wait, journal=lambda unit: "",
+                               sleep=host.sleep, clock=host.clock, fetch=timed_fetch, deadline=deadline,
+                               stall_timeout=stall_timeout)  # fmt: skip
+        if result["done"]:
+            break
+    return result, calls, host.now - 1000.0
+
+
+def test_a_wait_on_a_silent_worker_ends_at_its_deadline_not_after_a_count_of_calls():
+    """Issue 37: a 300 s wait took 790 s, counted as timeout / poll calls, each probe of the stalled worker waiting
+    out its HTTP timeout. Now the deadline ends it: 300 s on the clock, whatever each call cost."""
+    result, calls, seconds = until_done(lambda timeout: (None, "", f"{sh.SILENT} {timeout:g} s", timeout), 300, 10)
+    assert (result["timed_out"], result["healthy"], result["stalled"]) == (True, False, False)
+    assert 300 <= seconds <= 300 + sh.MIN_PROBE
+    assert calls < 300 / 10  # each call ran past its 10 s window by a probe or more
+
+
+def test_a_silent_worker_is_a_stall_after_the_stall_bound_not_after_the_load_budget():
+    """sglang_health_timeout 1800 s is sized for a load; a worker whose port takes /health and answers nothing is
+    recognised after the stall bound (30 s here), in one call that its 10 s window does not cut."""
+    result, calls, seconds = until_done(lambda timeout: (None, "", f"{sh.SILENT} {timeout:g} s", timeout), 1800, 10,
+                                        stall_timeout=30)  # fmt: skip
+    assert (result["stalled"], result["done"], calls) == (True, True, 1)
+    assert 30 <= seconds <= 30 + sh.POLL_INTERVAL + sh.MIN_PROBE
+    assert result["reason"].startswith("stalled: its port takes requests, and /health has not answered for 3")
+
+
+@pytest.mark.parametrize(
+    ("answer", "what"),
+    [
+        ((None, "", "no answer: [Errno 111] Connection refused", 0.0), "loading: the port is closed"),
+        ((503, "", None, 0.01), "warming up: 503 at once"),
+    ],
+)
+def test_loading_and_warming_are_never_a_stall(answer, what):
+    """A load or a warm-up that outlasts the stall bound is waited for until the deadline."""
+    result, calls, seconds = until_done(lambda timeout: answer, 120, 10, stall_timeout=30)
+    assert (result["timed_out"], result["stalled"]) == (True, False), what
+    assert 120 <= seconds <= 121 and calls >= 12
+
+
+def test_a_non_200_after_sglang_s_own_health_check_timeout_is_silence():
+    """A stalled sglang whose SGLANG_HEALTH_CHECK_TIMEOUT (2 s here) is shorter than the probe's answers 503 after
+    it: slow, so silence too, and a stall after the bound."""
+    result, _calls, seconds = until_done(lambda timeout: (503, "", None, 2.0), 1800, 10, stall_timeout=30)
+    assert result["stalled"] and 30 <= seconds <= 33
+
+
+class TestAgainstTheDouble:
+    """The engine double (tests/sandbox/pdsim) as sglang 0.5.23 starts and stalls: port closed while the weights load,
+    /health 503 at once while warming up, and a stalled scheduler whose /health answers nothing for
+    SGLANG_HEALTH_CHECK_TIMEOUT (20 s, sglang's default) - on the real clock, with real HTTP."""
+
+    @staticmethod
+    def wait(url, *, deadline_in, stall_timeout, wait=60):
+        started = time.monotonic()
+        result = sh.wait_healthy(lambda argv: (0, "ActiveState=active\nSubState=running\nNRestarts=0\n", ""), UNIT,
+                                 url, {}, wait, deadline=time.monotonic() + deadline_in,
+                                 stall_timeout=stall_timeout, poll=0.25)  # fmt: skip
+        return result, time.monotonic() - started
+
+    def test_a_stalled_worker_is_recognised_within_the_stall_bound(self, sims, monkeypatch):
+        monkeypatch.setattr(sh, "HTTP_TIMEOUT", 1.0)
+        sim = sims.start("decode", env={"SGLANG_SIM_STALL_AFTER": "0.2", "SGLANG_HEALTH_CHECK_TIMEOUT": "20"})
+        time.sleep(0.4)
+        result, seconds = self.wait(sim.url("/health"), deadline_in=30, stall_timeout=3, wait=1)
+        assert (result["stalled"], result["healthy"], result["timed_out"]) == (True, False, False), result
+        assert 3 <= seconds <= 3 + 1.0 + 1.0, seconds
+
+    def test_a_loading_worker_is_not_a_stall(self, sims):
+        sim = sims.start("decode", env={"SGLANG_SIM_STARTUP_DELAY": "30"}, healthy=False)
+        result, seconds = self.wait(sim.url("/health"), deadline_in=4, stall_timeout=2)
+        assert (result["timed_out"], result["stalled"]) == (True, False), result
+        assert "refused" in result["reason"].lower() and 4 <= seconds <= 5
+
+    def test_a_warming_worker_is_not_a_stall(self, sims):
+        sim = sims.start("decode", env={"SGLANG_SIM_WARMUP_DELAY": "30"}, healthy=False)
+        result, seconds = self.wait(sim.url("/health"), deadline_in=5, stall_timeout=2)
+        assert (result["timed_out"], result["stalled"], result["reason"]) == (True, False, "HTTP 503"), result
+        assert 5 <= seconds <= 6
+
+    def test_a_healthy_worker_answers_in_about_a_second_and_is_healthy(self, sims):
+        sim = sims.start("decode")
+        result, seconds = self.wait(sim.url("/health"), deadline_in=10, stall_timeout=2)
+        assert (result["healthy"], result["done"]) == (True, True) and seconds < 5

@@ -71,6 +71,7 @@ VARIABLES = {
     "sglang_stop_timeout": _v(S, "int", (1, 86400), "seconds"),
     "sglang_health_timeout": _v(S, "int", (1, 86400), "seconds, at least sglang_health_poll"),
     "sglang_health_poll": _v(S, "int", (1, 3600), "seconds"),
+    "sglang_stall_timeout": _v(S, "int", (5, 3600), "seconds a listening worker's /health may stay unanswered"),
     "sglang_journal_lines": _v(S, "int", (1, 10000), "lines"),
     "sglang_conflicting_units": _v(S, "list_of_str"),
     "sglang_cli_cache_dir": _v(S, "path"),

@@ -10,13 +10,15 @@ instance at once (one thread each):
      up to TimeoutStopSec: sglang drains what it still holds and exits (python/sglang/srt/entrypoints/http_server.py
      answers /health 503 from the signal on; the simulator mirrors it);
   3. wait: service_health.wait_healthy, polled every `poll` seconds, at most `wait` seconds; the unit failing or
-     restarting ends it. A longer wait goes on in the caller's until loop from the restart count returned here;
+     restarting, or a stall (silent for stall_timeout seconds), ends it. The whole wait's deadline is health_timeout
+     seconds from the restart; a longer wait goes on in the caller's until loop from the restart count and the
+     deadline returned here;
   4. healthy: the previous files the rollback would have read are removed (unit_files.remove).
 
-Returns one result per instance: service_health's keys (healthy, unit_failed, unit_state, reason, body, journal)
-plus unit and url (so a longer wait can pass the result to service_health as its service), item (the plan's entry),
-drain ({left, seconds}), restarts (NRestarts after the restart), restart_error and dropped (the previous files
-removed). The fetch, runner, sleep and clock are injected: tests/unit/test_batch_restart.py.
+Returns one result per instance: service_health's keys (healthy, unit_failed, stalled, timed_out, done, unit_state,
+reason, body, journal) plus unit, url and deadline (so a longer wait can pass the result to service_health as its
+service), item (the plan's entry), drain ({left, seconds}), restarts (NRestarts after the restart), restart_error and
+dropped (the previous files removed). The fetch, runner, sleep and clock are injected: tests/unit/test_batch_restart.py.
 """
 
 import time
@@ -39,7 +41,8 @@ def drain(url, timeout, *, fetch, sleep, clock, poll=POLL):
         sleep(poll)
 
 
-def restart_one(run, entry, wait, drain_timeout, *, fetch, journal, sleep, clock, poll=POLL, remove=None):
+def restart_one(run, entry, wait, drain_timeout, *, fetch, journal, sleep, clock, poll=POLL, remove=None,
+                health_timeout=None, stall_timeout=None):  # fmt: skip
     """Drain, restart, wait and (healthy) drop the previous files of one instance. entry: the rolling plan's
     {unit, host, health_url, previous, previous_env, previous_record, ...} (module_utils/units/rolling.py)."""
     drain_url = service_health.metrics_url(entry["health_url"])
@@ -51,13 +54,16 @@ def restart_one(run, entry, wait, drain_timeout, *, fetch, journal, sleep, clock
     name = unit_actions.service(entry["unit"])
     acted = unit_actions.apply(run, [name], [name], reload=False, check=False)
     restarts = acted["restarts"].get(name, 0)
+    deadline = clock() + float(health_timeout) if health_timeout is not None else None
     result = service_health.wait_healthy(run, name, entry["health_url"], {}, int(wait), restarts_at_start=restarts,
-                                         sleep=sleep, clock=clock, fetch=fetch, poll=poll)  # fmt: skip
+                                         sleep=sleep, clock=clock, fetch=fetch, poll=poll, deadline=deadline,
+                                         stall_timeout=stall_timeout)  # fmt: skip
     previous = [entry.get(key) for key in ("previous", "previous_env", "previous_record") if entry.get(key)]
     dropped = remove(previous) if result["healthy"] and previous and remove is not None else []
     result.update(
         unit=name,
         url=entry["health_url"],
+        deadline=deadline,
         drain=drained,
         restarts=restarts,
         restart_error=acted["errors"].get(name, ""),
@@ -69,11 +75,13 @@ def restart_one(run, entry, wait, drain_timeout, *, fetch, journal, sleep, clock
 
 
 def restart_all(run, entries, wait, drain_timeout, *, journal, remove=None, fetch=service_health.fetch,
-                sleep=time.sleep, clock=time.monotonic, poll=POLL):  # fmt: skip
-    """restart_one for every instance of the batch on this host at once; one result each, in order."""
+                sleep=time.sleep, clock=time.time, poll=POLL, health_timeout=None, stall_timeout=None):  # fmt: skip
+    """restart_one for every instance of the batch on this host at once; one result each, in order. clock: the
+    epoch (time.time) in the module, so the deadline returned holds in the caller's later service_health calls."""
 
     def one(entry):
         return restart_one(run, entry, wait, drain_timeout, fetch=fetch, journal=journal, sleep=sleep, clock=clock,
-                           poll=poll, remove=remove)  # fmt: skip
+                           poll=poll, remove=remove, health_timeout=health_timeout,
+                           stall_timeout=stall_timeout)  # fmt: skip
 
     return service_health.at_once(one, entries)

@@ -1,12 +1,22 @@
 # Copyright: disagg.sglang contributors
 # SPDX-License-Identifier: Apache-2.0
-"""What the service_health module decides: is a systemd unit's service healthy, did it fail or restart,
-or is the time up. Pure functions plus one loop whose systemctl runner, HTTP fetch, sleep and clock are
+"""What the service_health module decides: is a systemd unit's service healthy, did it fail or restart, has it
+stalled, or is the time up. Pure functions plus one loop whose systemctl runner, HTTP fetch, sleep and clock are
 injected, so every outcome is tested without a host (tests/unit/test_service_health.py).
 
-One call of the module is one bounded wait; the role repeats the call (until/retries) for a progress line
-per call. Within a call, the unit counts as failed when it is failed or inactive, waits in systemd's
-auto-restart, or has been restarted (NRestarts grew) since the call began.
+Every wait ends on the clock: a deadline (the whole wait's, fixed when it began, passed to each call of the role's
+until loop) and, within one call, a window of `wait` seconds for a progress line. No probe outlasts the deadline (its
+HTTP timeout is cut to what is left). Within a call, the unit counts as failed when it is failed or inactive, waits
+in systemd's auto-restart, or has been restarted (NRestarts grew) since the whole wait began.
+
+Loading, warming and stalled are told apart by how the health URL answers (sglang 0.5.23,
+sglang/srt/entrypoints/http_server.py): while the weights load the port is closed (connection refused); while it
+warms up /health answers 503 at once (server status Starting; a SIGTERM likewise); a healthy /health takes about 1 s
+(health_generate sleeps 1 s, then looks for scheduler output); a stalled scheduler's /health answers nothing until
+SGLANG_HEALTH_CHECK_TIMEOUT (20 s) and then 503. So an answer that does not come within the probe's timeout, or a
+non-200 answer that took longer than QUICK seconds, is the scheduler's silence; silence lasting stall_timeout seconds
+is a stall, which ends the wait at once (a load or a warm-up never looks like it), and a call does not end its window
+while a silence is being timed.
 """
 
 import json
@@ -17,6 +27,11 @@ BODY_LIMIT = 2000  # characters of the last answer returned to the caller
 READ_LIMIT = 100000  # bytes read from a healthy answer (a /readiness or /health body is far smaller)
 HTTP_TIMEOUT = 5  # seconds for one request
 POLL_INTERVAL = 1  # seconds between two polls within one wait
+MIN_PROBE = 1.5  # seconds: the shortest HTTP timeout of a probe (a healthy sglang /health takes about 1 s)
+# seconds: sglang answers its 503s of Starting and SIGTERM before any sleep (http_server.py health_generate); its only
+# later non-200 is the health check's timeout, after at least one 1 s sleep
+QUICK = 1.0
+SILENT = "no answer in"  # how fetch's error begins when the port took the request and nothing answered in time
 METRICS_LIMIT = 16 << 20  # bytes read from a /metrics page: the whole page (histograms of every rank can be large)
 # How every request to a worker or the router is made (ansible.module_utils.urls.open_url's options): straight to its
 # address, never through a proxy named in the environment (http_proxy, https_proxy). The collection talks HTTP only to
@@ -63,6 +78,8 @@ def fetch(url, timeout=HTTP_TIMEOUT, *, data=None, headers=None, limit=READ_LIMI
             return resp.status, resp.read(limit).decode("utf-8", "replace"), None
     except HTTPError as exc:  # a 4xx/5xx answer: it carries a status and a body
         return exc.code, exc.read(BODY_LIMIT).decode("utf-8", "replace"), None
+    except TimeoutError:  # the probes go to the host's own address, where a closed port is refused at once
+        return None, "", f"{SILENT} {timeout:g} s"
     except (URLError, OSError, HTTPException, UrlsConnectionError) as exc:
         return None, "", f"no answer: {getattr(exc, 'reason', exc)}"
 
@@ -92,38 +109,72 @@ def judge(status, body, error, expect):
     return True, "healthy"
 
 
-def probe(url, expect, *, fetch=fetch):
+def probe(url, expect, *, fetch=fetch, timeout=HTTP_TIMEOUT):
     """(healthy, reason, body) of one request to url."""
-    status, body, error = fetch(url)
+    status, body, error = fetch(url, timeout)
     healthy, reason = judge(status, body, error, expect)
     return healthy, reason, body
 
 
-def wait_healthy(run, unit, url, expect, wait, *, restarts_at_start=None, sleep=time.sleep, clock=time.monotonic,
-                 fetch=fetch, poll=POLL_INTERVAL):  # fmt: skip
-    """Polls url until it is healthy, the unit failed or restarted, or `wait` seconds passed (at least one poll).
-    restarts_at_start: the unit's NRestarts when the whole wait began (a wait of several calls passes the same one,
-    so a restart between two calls still counts); read now when None. poll: seconds between two polls.
+def silent(status, error, seconds):
+    """Whether an answer that is not healthy is the scheduler's silence (see the top of this file): nothing within
+    the probe's timeout, or a non-200 that came only after QUICK seconds. Refused (loading) and a 503 at once
+    (warming, stopping) are not."""
+    if status is None:
+        return (error or "").startswith(SILENT)
+    return status != 200 and seconds >= QUICK
 
-    Returns healthy, unit_failed (never true together), unit_state, reason and body (first BODY_LIMIT chars).
+
+def wait_healthy(run, unit, url, expect, wait, *, restarts_at_start=None, sleep=time.sleep, clock=time.monotonic,
+                 fetch=fetch, poll=POLL_INTERVAL, deadline=None, stall_timeout=None):  # fmt: skip
+    """Polls url until it is healthy, the unit failed or restarted, it stalled, the deadline passed, or this call's
+    window of `wait` seconds is over (at least one poll). restarts_at_start: the unit's NRestarts when the whole wait
+    began (a wait of several calls passes the same one, so a restart between two calls still counts); read now when
+    None. deadline: when the whole wait ends, in clock's time (None: this call's window only). stall_timeout: seconds
+    of silence (see silent) that make a stall (None: never judged). poll: seconds between two polls.
+
+    Returns healthy, unit_failed, stalled, timed_out (at most one true), done (one of them is), unit_state, reason
+    and body (first BODY_LIMIT chars).
     """
-    deadline = clock() + wait
+    window = clock() + wait
+    deadline = float("inf") if deadline is None else deadline
     if restarts_at_start is None:
         restarts_at_start = unit_state(run, unit)[2]
+    silent_since = None
     while True:
-        healthy, reason, body = probe(url, expect, fetch=fetch)
+        asked = clock()
+        # no probe outlasts the deadline, nor the stall bound of a silence being timed
+        bound = (
+            deadline if silent_since is None or stall_timeout is None else min(deadline, silent_since + stall_timeout)
+        )
+        status, body, error = fetch(url, max(min(HTTP_TIMEOUT, bound - asked), MIN_PROBE))
+        healthy, reason = judge(status, body, error, expect)
+        quiet = not healthy and silent(status, error, clock() - asked)
+        silent_since = (asked if silent_since is None else silent_since) if quiet else None
         state = unit_state(run, unit)
-        failed = unit_failed(state, restarts_at_start)
-        if healthy or failed or clock() >= deadline:
+        failed = unit_failed(state, restarts_at_start) and not healthy
+        now = clock()
+        timing = silent_since is not None and stall_timeout is not None
+        stalled = not (healthy or failed) and timing and now - silent_since >= stall_timeout
+        timed_out = not (healthy or failed or stalled) and now >= deadline
+        if stalled:
+            reason = (
+                f"stalled: its port takes requests, and /health has not answered for {now - silent_since:.0f} s "
+                f"(its scheduler does not answer; last: {reason})"
+            )
+        if healthy or failed or stalled or timed_out or (now >= window and not timing):
             active, sub, restarts = state
             return {
                 "healthy": healthy,
-                "unit_failed": failed and not healthy,
+                "unit_failed": failed,
+                "stalled": stalled,
+                "timed_out": timed_out,
+                "done": healthy or failed or stalled or timed_out,
                 "unit_state": f"{active}/{sub}, {restarts} restarts",
                 "reason": reason,
                 "body": body[:BODY_LIMIT],
             }
-        sleep(poll)
+        sleep(max(min(poll, deadline - now), 0))
 
 
 def journal_tail(run, unit, lines):
@@ -138,19 +189,22 @@ def metrics_url(health_url):
     return f"{base}/metrics" if sep and last == "health" else ""
 
 
-def wait_all(run, services, wait, *, journal, sleep=time.sleep, clock=time.monotonic, fetch=fetch,
-             poll=POLL_INTERVAL, fetch_metrics=fetch_metrics):  # fmt: skip
+def wait_all(run, services, wait, *, journal, sleep=time.sleep, clock=time.time, fetch=fetch,
+             poll=POLL_INTERVAL, fetch_metrics=fetch_metrics, deadline=None, stall_timeout=None):  # fmt: skip
     """wait_healthy for every service at once (one thread each, so a host's units are polled together and the wait
-    is the slowest one's, not their sum). services: [{unit, url, expect, restarts, metrics_url}, ...] (restarts:
-    NRestarts when the whole wait began, see wait_healthy); journal(unit) -> the tail of its journal, read for each
-    service that is not healthy. Returns one result per service, in order, each with the service's own `item`
-    (whatever the caller passed there) and its journal; a healthy service with a metrics_url also with `content`,
-    its /metrics page read once healthy ("" when it did not answer 200; the stranded-KV step reads it)."""
+    is the slowest one's, not their sum). services: [{unit, url, expect, restarts, deadline, metrics_url}, ...]
+    (restarts: NRestarts when the whole wait began, see wait_healthy; deadline: the service's own, else DEADLINE, in
+    clock's time: the modules use the epoch, time.time, so that a deadline fixed by the controller or by an earlier
+    call holds in this one); journal(unit) -> the tail of its journal, read for each service that is not healthy.
+    Returns one result per service, in order, each with the service's own `item` (whatever the caller passed there)
+    and its journal; a healthy service with a metrics_url also with `content`, its /metrics page read once healthy
+    ("" when it did not answer 200; the stranded-KV step reads it)."""
 
     def one(service):
         result = wait_healthy(run, service["unit"], service["url"], service.get("expect") or {}, wait,
-                              restarts_at_start=service.get("restarts"), sleep=sleep, clock=clock,
-                              fetch=fetch, poll=poll)  # fmt: skip
+                              restarts_at_start=service.get("restarts"), sleep=sleep, clock=clock, fetch=fetch,
+                              poll=poll, deadline=service.get("deadline") or deadline,
+                              stall_timeout=stall_timeout)  # fmt: skip
         result["journal"] = "" if result["healthy"] else journal(service["unit"])
         if result["healthy"] and service.get("metrics_url"):
             status, body, _error = fetch_metrics(service["metrics_url"])
