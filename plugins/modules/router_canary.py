@@ -1,24 +1,31 @@
 #!/usr/bin/python
 # Copyright: disagg.sglang contributors
 # SPDX-License-Identifier: Apache-2.0 (see LICENSE)
-"""Send one request through the router between two readings of the workers' /metrics, in one call (the loop and
-the HTTP calls: module_utils/router/router_canary)."""
+"""Send one request per API route through the router between two readings of the workers' /metrics, in one call
+(the loop, the routes and their checks: module_utils/router/router_canary.py)."""
 
 DOCUMENTATION = r"""
 ---
 module: router_canary
-short_description: Send one request through the router and report the KV transfers the workers counted meanwhile
+short_description: Send one request per API route through the router and report the KV transfers meanwhile
 version_added: "0.1.0"
 extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.router]
 description:
-  - Reads every worker's C(/metrics) (all at once), sends one C(POST /generate) through the router, reads the
+  - Reads every worker's C(/metrics) (all at once), sends one request per API route through the router, reads the
     C(/metrics) again and returns what sglang's KV transfer series counted in between (the
     C(disagg.sglang.kv_transfer_report) filter's report).
-  - The router answers 503 while its circuit breaker is open after a worker restart, so the request is sent again
-    every 2 seconds until it is answered 200 or O(timeout) seconds passed; each try may take 60 seconds.
+  - "The routes, in order: C(POST /generate), C(GET /v1/models) (its first id is the model of the OpenAI requests),
+    C(POST /v1/completions), C(POST /v1/chat/completions) plain and streamed (with C(stream_options.include_usage)),
+    and with O(parallel_sampling) C(/v1/chat/completions) with C(n=2). Each must answer a generation: 200, the
+    text of each choice and at least one completion token per choice (the streamed chat: content deltas, a finish
+    reason, a usage chunk and C(data: [DONE]))."
+  - The router answers 503 while its circuit breaker is open after a worker restart, so a route is sent again
+    every 2 seconds until it is answered 200 or O(timeout) seconds (for all routes together) passed; each route is
+    tried at least once and each try may take 60 seconds.
   - A worker whose C(/metrics) does not answer counts as a page without the series, and is named in
     RV(unanswered).
-  - Fails, naming the router's URL, the last status and the tries, when no try was answered 200.
+  - Fails, naming the router's URL and each route that did not answer a generation with its tries, its last status
+    or problem and what it answered.
 options:
   prompt:
     description: The text of the request.
@@ -29,9 +36,16 @@ options:
     type: int
     default: 8
   timeout:
-    description: Seconds the request may keep failing (no answer, or not 200) before the module fails.
+    description: Seconds the routes together may keep failing (no answer, or not 200) before the module fails.
     type: int
     default: 120
+  parallel_sampling:
+    description:
+      - Send C(n=2) on C(/v1/chat/completions) too. Off by default, because sglang 0.5.23's PD path cannot serve
+        C(n > 1) (all samples share one bootstrap room, so the decode answers 500 after its 300 s waiting timeout, and
+        the routers try it 5 times); turn it on for an engine that can.
+    type: bool
+    default: false
   workers:
     description:
       - The workers whose C(/metrics) are read, each with C(unit) and C(metrics_url). A unit spec of the
@@ -53,7 +67,7 @@ attributes:
 """
 
 EXAMPLES = r"""
-- name: Send one request through the router and show the KV transfer it saw
+- name: Send one request per route through the router and show the KV transfer it saw
   disagg.sglang.router_canary:
     url: http://127.0.0.1:8000
     prompt: The capital of France is
@@ -69,31 +83,69 @@ EXAMPLES = r"""
 
 RETURN = r"""
 passed:
-  description: Whether the router answered the request 200.
+  description: Whether every route answered a generation.
   type: bool
   returned: when not in check mode
+routes:
+  description: One entry per route sent, in order.
+  type: list
+  elements: dict
+  returned: when not in check mode
+  contains:
+    route:
+      description: The route's name, e.g. C(/v1/chat/completions (stream)).
+      type: str
+    passed:
+      description: Whether it answered a generation.
+      type: bool
+    status:
+      description: HTTP status of its last try; null when nothing answered.
+      type: int
+    reason:
+      description: C(200), the last status, why nothing answered, or what a 200 lacked.
+      type: str
+    answer:
+      description: The generated text (a list for n 2 and for C(/v1/models)), or the body of a failed try.
+      type: raw
+    tries:
+      description: Requests sent for it.
+      type: int
+    seconds:
+      description: Seconds from its first try to its last answer.
+      type: float
+lines:
+  description: "One line per route to print: C(ROUTE: PROMPT -> ANSWER), for C(/v1/models) C(ROUTE -> IDS)."
+  type: list
+  elements: str
+  returned: when not in check mode
+  sample: ["/generate: The capital of France is ->  Paris. It is"]
+failed_routes:
+  description: The routes that did not answer a generation.
+  type: list
+  elements: str
+  returned: when not in check mode
 status:
-  description: HTTP status of the last try; null when nothing answered.
+  description: HTTP status of the last try of C(/generate); null when nothing answered.
   type: int
   returned: when not in check mode
   sample: 200
 reason:
-  description: C(200), the last status (C(HTTP 503)) or why nothing answered.
+  description: C(/generate)'s C(200), last status (C(HTTP 503)) or why nothing answered.
   type: str
   returned: when not in check mode
 answer:
   description:
-    - The generated text (the C(text) of sglang's JSON answer), else the JSON answer, else the body (first 2000
-      characters). After no 200, the body of the last try.
+    - C(/generate)'s generated text (the C(text) of sglang's JSON answer), else the JSON answer, else the body
+      (first 2000 characters). After no 200, the body of the last try.
   type: raw
   returned: when not in check mode
   sample: " Paris. It is the largest city"
 tries:
-  description: Requests sent.
+  description: Requests sent to C(/generate).
   type: int
   returned: when not in check mode
 seconds:
-  description: Seconds from the first try to the last answer.
+  description: Seconds from C(/generate)'s first try to its last answer.
   type: float
   returned: when not in check mode
 report:
@@ -142,6 +194,7 @@ ARGUMENT_SPEC = {
     "timeout": {"type": "int", "default": 120},
     "workers": {"type": "list", "elements": "dict", "default": []},
     "simulated": {"type": "bool", "default": False},
+    "parallel_sampling": {"type": "bool", "default": False},
 }
 MODULE_OPTIONS = {"supports_check_mode": True}
 
@@ -154,15 +207,11 @@ def main():
     missing = [i for i, w in enumerate(params["workers"]) if not w.get("unit") or not w.get("metrics_url")]
     if missing:
         module.fail_json(msg=f"workers {missing}: each needs a unit and a metrics_url")
-    options = {key: params[key] for key in ("prompt", "max_new_tokens", "api_key", "timeout", "simulated")}
+    keys = ("prompt", "max_new_tokens", "api_key", "timeout", "simulated", "parallel_sampling")
+    options = {key: params[key] for key in keys}
     result = router_canary.run(params["url"], params["workers"], options)
     if not result["passed"]:
-        module.fail_json(
-            msg=f"no request through the router at {params['url']} was answered 200 within {params['timeout']} s "
-                f"({result['tries']} tries, the last: {result['reason']}{': ' if result['answer'] else ''}"
-                f"{str(result['answer'])[:300]}); {result['report']['line']}",
-            **result,
-        )  # fmt: skip
+        module.fail_json(msg=router_canary.failure_message(params["url"], result, params["timeout"]), **result)
     module.exit_json(changed=False, **result)
 
 

@@ -30,6 +30,11 @@ if str(PDSIM_SRC) not in sys.path:
 
 from sglang_pd_sim import cli as sim_cli  # noqa: E402
 
+SGLANG_PARSER = Path(__file__).resolve().parents[1] / "sglang_parser"
+if str(SGLANG_PARSER) not in sys.path:
+    sys.path.insert(0, str(SGLANG_PARSER))
+import real_parser_client  # noqa: E402 (builds the SMG venv: tests/sglang_parser/build_venv.sh smg)
+
 # loopback only: never through a proxy named in the environment (the router's HTTP client honours them too)
 from tests.http_client import DIRECT, free_port, http, stream, without_proxies  # noqa: E402
 
@@ -140,10 +145,15 @@ class Launcher:
             argv += ["--disaggregation-bootstrap-port", str(ports["bootstrap"])]
         return self._spawn(name or f"sim-{role}-{port}", [*argv, *extra], env, **ports)
 
-    def router(self, prefill: Proc, decode: Proc, *extra: str) -> Proc:
+    def router(self, prefill: Proc, decode: Proc, *extra: str, python: str | None = None) -> Proc:
+        """sglang-router 0.3.2 (this venv's); with PYTHON, that interpreter's smg.launch_router (SMG 1.13, which
+        takes the same flags)."""
         port, prom = free_port(), free_port()
+        program = (
+            [python, "-m", "smg.launch_router"] if python else [sys.executable, "-m", "sglang_router.launch_router"]
+        )
         argv = [
-            sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation",
+            *program, "--pd-disaggregation",
             "--prefill", f"http://127.0.0.1:{prefill.ports['port']}", str(prefill.ports["bootstrap"]),
             "--decode", f"http://127.0.0.1:{decode.ports['port']}",
             "--host", "127.0.0.1", "--port", str(port),
@@ -602,3 +612,101 @@ def test_accuracy_step_through_the_real_router_scores_the_answer_mode(pd_launche
     wrong = 40 - bad["summary"]["flexible_correct"]
     assert 8 <= wrong <= 32 and len(bad["failures"]) == wrong  # every wrong answer is in the report
     assert all(f["reference"] != f["flexible"] for f in bad["failures"])
+
+
+# --------------------------------------------------------------------------------------------------
+# every API route through both routers, with the real OpenAI Python client (issue 37 item 6)
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smg_python():
+    """SMG 1.13's python (its own venv: it ships an `smg` command as sglang-router does). Never skipped."""
+    try:
+        python, _seconds = real_parser_client.ensure_venv(program="smg")
+    except real_parser_client.ParserUnavailable as exc:
+        pytest.fail(f"the SMG venv could not be built: {exc}", pytrace=False)
+    return str(python)
+
+
+def words(text: str) -> list[str]:
+    return text.split()
+
+
+@pytest.mark.parametrize("router_impl", ["sglang_router", "smg"])
+def test_openai_client_gets_an_answer_on_every_route_through_each_router(router_impl, pd_launcher, request, capsys,
+                                                                         monkeypatch):  # fmt: skip
+    """The real OpenAI client through the real router in front of a 1P1D pair of the double: /v1/models names the
+    served model (SMG routes by it), /generate, /v1/completions and /v1/chat/completions answer the tokens asked
+    for, streamed or not, with usage (stream_options.include_usage) and stop strings (finish_reason "stop",
+    matched_stop passed through), each a PD pair of one room; n: 2 fails as sglang 0.5.23's PD path does (HTTP 500
+    once the router's attempts are spent, none answered) and leaves the router serving."""
+    env = {"SGLANG_SIM_HANDOFF_TIMEOUT": "1"}  # n: 2's samples wait this long for KV (sglang: 300 s)
+    prefill = pd_launcher.sim("prefill", "--served-model-name", "dsv4", env=env)
+    decode = pd_launcher.sim("decode", "--served-model-name", "dsv4", env=env)
+    wait_sim_healthy(prefill)
+    wait_sim_healthy(decode)
+    python = request.getfixturevalue("smg_python") if router_impl == "smg" else None
+    router = pd_launcher.router(prefill, decode, "--health-failure-threshold", "100", python=python)
+    wait_router_ready(router, timeout=60)
+    for var in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)  # the client honours proxy variables: loopback only
+    client = openai.OpenAI(base_url=url(router, "/v1"), api_key="none", max_retries=0, timeout=30)
+
+    [model] = [m.id for m in client.models.list().data]
+    assert model == "dsv4"
+
+    status, gen = http(
+        "POST", url(router, "/generate"), {"text": "Name a city", "sampling_params": {"max_new_tokens": 6}}
+    )
+    assert status == 200 and len(words(gen["text"])) == 6 and gen["meta_info"]["completion_tokens"] == 6
+
+    comp = client.completions.create(model=model, prompt="Name a city", max_tokens=5)
+    [choice] = comp.choices
+    assert len(words(choice.text)) == 5 and choice.finish_reason == "length"
+    assert (comp.usage.completion_tokens, comp.usage.total_tokens) == (5, comp.usage.prompt_tokens + 5)
+    streamed = "".join(c.choices[0].text for c in client.completions.create(model=model, prompt="Name a city",
+                                                                              max_tokens=5, stream=True))  # fmt: skip
+    assert streamed == choice.text  # the same prompt, the same text, streamed
+
+    messages = [{"role": "user", "content": "Name a city"}]
+    chat = client.chat.completions.create(model=model, messages=messages, max_tokens=5)
+    said = chat.choices[0].message.content
+    assert len(words(said)) == 5 and chat.choices[0].finish_reason == "length"
+    assert chat.choices[0].message.role == "assistant" and chat.usage.completion_tokens == 5
+
+    chunks = list(client.chat.completions.create(model=model, messages=messages, max_tokens=5, stream=True,
+                                                 stream_options={"include_usage": True}))  # fmt: skip
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == said
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 5  # the usage chunk comes last
+
+    stop = " " + words(said)[2]  # the third word: the answer ends before it
+    cut = " " + " ".join(words(said)[:2])
+    stopped = client.chat.completions.create(model=model, messages=messages, max_tokens=5, stop=[stop])
+    assert stopped.choices[0].message.content == cut and stopped.choices[0].finish_reason == "stop"
+    assert stopped.choices[0].model_extra["matched_stop"] == stop and stopped.usage.completion_tokens == 3
+    chunks = list(client.chat.completions.create(model=model, messages=messages, max_tokens=5, stop=stop,
+                                                 stream=True))  # fmt: skip
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == cut
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    comp_stop = client.completions.create(model=model, prompt="Name a city", max_tokens=5,
+                                          stop=" " + words(choice.text)[1])  # fmt: skip
+    assert comp_stop.choices[0].text == " " + words(choice.text)[0] and comp_stop.choices[0].finish_reason == "stop"
+
+    # every request above was one PD pair: the same room on both workers, one per request
+    for path in ("/generate", "/v1/completions", "/v1/chat/completions"):
+        sent = sim_requests(prefill, path)
+        assert rooms(sent) == rooms(sim_requests(decode, path)) and len(rooms(sent)) == len(sent)
+
+    t0 = time.monotonic()
+    with pytest.raises(openai.InternalServerError) as failed:
+        client.chat.completions.create(model=model, messages=messages, max_tokens=5, n=2)
+    took = time.monotonic() - t0
+    assert failed.value.status_code == 500 and "KVTransferError" in str(failed.value)
+    attempts = [r for r in sim_requests(decode, "/v1/chat/completions") if r["status"] == 500]
+    assert attempts and all(isinstance(r["bootstrap_room"], list) and len(r["bootstrap_room"]) == 2 for r in attempts)
+    assert took >= len(attempts) * 1.0  # each attempt waited out the samples' KV wait (1 s here, 300 s in sglang)
+    after = client.chat.completions.create(model=model, messages=messages, max_tokens=5)
+    assert after.choices[0].message.content == said  # one n: 2 request does not open the breaker
+    report(capsys, f"{router_impl}: every route answered; n: 2 HTTP 500 after {took:.1f}s ({len(attempts)} attempts)")

@@ -144,6 +144,7 @@ VARIABLES = {
     "sglang_router_smoke_prompt": _v(R, "str"),
     "sglang_router_smoke_max_new_tokens": _v(R, "int", (1, 4096), "tokens"),
     "sglang_router_smoke_timeout": _v(R, "int", (1, 3600), "seconds"),
+    "sglang_router_smoke_parallel_sampling": _v(R, "bool"),
     # roles/sglang_bench
     "sglang_bench_client": _v(B, "choice", choices=["auto", "bench_serving", "aiperf"]),
     "sglang_bench_client_host": _v(B, "str"),
