@@ -76,6 +76,11 @@ options:
         C(ArgumentParser.parse_args), for a program the module does not know (the module then fails without it).
         Known without it are C(sglang.launch_server), C(sglang_router.launch_router) and C(sglang_pd_sim).
     type: str
+  later:
+    description:
+      - What the run does about flags it cannot check now, added to the warning (e.g. the preflight of a first
+        install - this run checks them after its deps step). Left out, the warning says only why.
+    type: str
 attributes:
   check_mode:
     support: full
@@ -227,6 +232,7 @@ ARGUMENT_SPEC = {
     "version_command": {"type": "list", "elements": "str"},
     "cache_dir": {"type": "path"},
     "parser_entry": {"type": "str"},
+    "later": {"type": "str"},
 }
 
 
@@ -249,6 +255,7 @@ def main():
             cache_dir=module.params["cache_dir"],
             write_cache=not module.check_mode,
             parser_entry=module.params["parser_entry"],
+            later=module.params["later"],
         )
     except CheckError as exc:
         module.fail_json(msg=str(exc), changed=False)

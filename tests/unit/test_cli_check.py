@@ -401,6 +401,20 @@ def test_module_says_flags_not_checked_where_the_venv_is_not_made_yet(tmp_path):
     assert not (tmp_path / "c").exists()
 
 
+def test_the_flags_not_checked_warning_says_what_this_run_does_and_claims_nothing_unsaid(tmp_path):
+    """The preflight of site.yml says what this run will do (it checks them after its deps step); a caller that says
+    nothing gets the reason alone, never a promise of a later run (issue 38: the warning said "a run after it is
+    installed checks them" while this same run checked them)."""
+    python = tmp_path / "venv" / "bin" / "python"
+    args = dict(MODULE_ARGS, python=str(python), version_command=[str(python), "-V"])
+    later = "this run checks them after its deps step has installed it, before it starts any unit"
+    _code, result = run_module(dict(args, later=later), module_runner()[0])
+    assert result["not_checked"].endswith(f"is not installed yet; {later}")
+    assert later in result["_warnings_text"]
+    _code, result = run_module(args, module_runner()[0])
+    assert result["not_checked"].endswith("is not installed yet") and "a run after" not in result["_warnings_text"]
+
+
 def test_module_says_flags_not_checked_where_the_program_is_not_installed(tmp_path):
     """This venv has no sglang: the real script exits 3 saying so; nothing is cached, the next run tries again."""
     args = dict(MODULE_ARGS, version_command=None, cache_dir=str(tmp_path))

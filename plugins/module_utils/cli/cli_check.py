@@ -82,6 +82,7 @@ def run_check(
     write_cache=True,
     parser_entry=None,
     find_executable=shutil.which,
+    later=None,
 ):
     """The whole check: the module's result (without Ansible's own keys); see the module docstring.
 
@@ -96,7 +97,7 @@ def run_check(
     if find_executable(python) is None:
         reason = (
             f"{python} does not exist on this host (or is not executable), so the venv that will run {module} "
-            "is not installed yet; a run after it is installed checks them"
+            "is not installed yet" + (f"; {later}" if later else "")
         )
         return _not_checked(argvs, reason, None, 0)
     version = installed_version(run_command, version_command)
@@ -112,7 +113,7 @@ def run_check(
             write_cache=write_cache,
         )
     except cli_argparse.NoParser as exc:
-        return _not_checked(argvs, str(exc), version, 1)
+        return _not_checked(argvs, str(exc) + (f"; {later}" if later else ""), version, 1)
 
     results = checked["results"]
     problems = {name: result["problems"] for name, result in results.items() if result["problems"]}
