@@ -123,6 +123,7 @@ class ActionModule(ActionBase):
             ((facts.get("gpu_topology") or {}).get("warnings") or [] if read_topology else [])
             + list(planned["warnings"])
             + plan.placement_lines(planned["units"])
+            + plan.moved_lines(planned["units"], inputs.get("deployed"), inputs.get("topology"))
         )
         if problems:
             result.update(failed=True, msg=". ".join(problems) + ".")

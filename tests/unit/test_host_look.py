@@ -265,3 +265,22 @@ def test_the_placement_shown_names_gpus_node_cpus_and_warnings():
         "sglang-prefill0: GPUs 0,1, NUMA node 0, CPUs 0-31",
         "sglang-decode0: GPUs 4, NUMA node None, CPUs 32-63; WARNING: a; b",
     ]
+
+
+def test_a_running_instance_the_plan_moves_to_other_gpus_is_announced_with_both_placements():
+    """Issue 38: decode0 ran on GPUs 0,1 (NUMA node 0); a new prefill0 now claims them and decode0 goes to 2,3 on node
+    1. The preflight names both placements and who takes the old GPUs; an instance that stays, or a new one, says
+    nothing."""
+    topology = {"gpus": [{"index": 0, "numa_node": 0}, {"index": 1, "numa_node": 0}, {"index": 2, "numa_node": 1},
+                         {"index": 3, "numa_node": 1}]}  # fmt: skip
+    specs = [
+        {"unit": "sglang-prefill0", "gpus": [0, 1], "numa_node": 0, "cpus": "0-31"},
+        {"unit": "sglang-decode0", "gpus": [2, 3], "numa_node": 1, "cpus": "32-63"},
+    ]
+    deployed = {"sglang-decode0": {"unit": "sglang-decode0", "gpus": [0, 1]}}
+    assert plan.moved_lines(specs, deployed, topology) == [
+        "sglang-decode0 moves from GPUs 0,1 (NUMA node 0) to GPUs 2,3 (NUMA node 1, CPUs 32-63): its GPUs 0,1 go to "
+        "sglang-prefill0"
+    ]
+    assert plan.moved_lines(specs, {"sglang-decode0": {"gpus": [2, 3]}}, topology) == []
+    assert plan.moved_lines(specs, {}, topology) == []

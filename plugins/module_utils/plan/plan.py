@@ -434,6 +434,35 @@ def placement_lines(specs):
     return lines
 
 
+def moved_lines(specs, deployed, topology=None):
+    """One line per running worker the plan moves to other GPUs (an instance added or grown now claims its GPUs), for
+    the preflight to show before anything restarts: "UNIT moves from GPUs 0,1 (NUMA node 0) to GPUs 2,3 (NUMA node 1):
+    its GPUs 0,1 go to sglang-decode1". DEPLOYED: {unit: record} of the host (the record keeps the GPUs it runs on);
+    TOPOLOGY: the host's gpu_topology, for the NUMA node of the old GPUs."""
+    node = {}
+    for gpu in (topology or {}).get("gpus") or [] if isinstance(topology, dict) else []:
+        if isinstance(gpu, dict) and gpu.get("index") is not None:
+            node[int(gpu["index"])] = gpu.get("numa_node")
+    lines = []
+    for spec in specs or []:
+        old = ((deployed or {}).get(spec.get("unit")) or {}).get("gpus")
+        new = list(spec.get("gpus") or [])
+        if not isinstance(old, list) or not old or old == new:
+            continue
+        nodes = sorted({str(node.get(g)) for g in old})
+        taken = [s.get("unit") for s in specs if s is not spec and set(s.get("gpus") or []) & set(old)]
+
+        def gpus(ids):
+            return ",".join(str(g) for g in ids)
+
+        lines.append(
+            f"{spec.get('unit')} moves from GPUs {gpus(old)} (NUMA node {','.join(nodes)}) to GPUs {gpus(new)} "
+            f"(NUMA node {spec.get('numa_node')}, CPUs {spec.get('cpus')})"
+            + (f": its GPUs {gpus(sorted(set(old) - set(new)))} go to {', '.join(taken)}" if taken else "")
+        )
+    return lines
+
+
 def cli_refusals(results):
     """{host: the messages of the once-per-venv flag checks (cli_check_groups' results, as registered) that refused a
     command line of that host (their argvs are keyed "HOST NAME"), joined by a space}: each host whose flags were
