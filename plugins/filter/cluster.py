@@ -12,11 +12,6 @@ unit_files = Lazy("units.unit_files")
 units = Lazy("units.units")
 
 
-def worker_api_key_problems(worker_key, router_key):
-    """Messages when the workers' API key cannot work with the router's (see cluster_rules)."""
-    return cluster_rules.worker_api_key_problems(worker_key, router_key)
-
-
 def connect_targets(worker_specs):
     """[{unit, host, address, port}] that the router dials, from the worker specs."""
     return cluster_rules.connect_targets(list(worker_specs))
@@ -92,7 +87,6 @@ def env_file_value(text):
 class FilterModule:
     def filters(self):
         return {
-            "worker_api_key_problems": worker_api_key_problems,
             "connect_targets": connect_targets,
             "deployment_bind_problems": deployment_bind_problems,
             "rolling_plan": rolling_plan,

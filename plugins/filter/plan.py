@@ -17,11 +17,6 @@ plan_inputs = Lazy("plan.plan_inputs")
 sf = Lazy("units.sglang_flags")
 
 
-def router_plan(worker_specs, inputs):
-    """The router unit of one host, built from the planned worker specs (see plan.router_plan)."""
-    return plan.router_plan(list(worker_specs), inputs)
-
-
 def pd_problems(worker_specs, inputs=None):
     """What prefill and decode disagree on in the KV handoff, now and during the change (see plan.pd_problems)."""
     return plan.pd_problems(list(worker_specs), dict(inputs or {}))
@@ -97,23 +92,6 @@ def systemd_line(tokens):
     return " ".join(sf.systemd_quote(t) for t in tokens)
 
 
-def router_flag_variables(impl):
-    """The variables the flags of router IMPL (sglang_router_impl) come from (sglang_flags.ROUTER_IMPLS), for its
-    plan to read."""
-    try:
-        return list(sf.router_impl(impl)["flags"].values())
-    except sf.FlagError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-
-
-def router_impl_running(deployed, planned_unit):
-    """The program the router host's deployed router unit runs (sglang_flags.running_impl): DEPLOYED is the host's
-    records (sglang_deployed), PLANNED_UNIT its planned router spec (sglang_router_unit)."""
-    planned = dict(planned_unit or {})
-    record = (deployed or {}).get(planned.get("unit")) if isinstance(deployed, dict) else None
-    return sf.running_impl(record, planned.get("impl", "sglang_router"))
-
-
 def variable_pattern(role):
     """A regular expression matching exactly the names of ROLE's variables in the table (plan/variables.py),
     for query('ansible.builtin.varnames', ...): the defined ones."""
@@ -134,8 +112,6 @@ def variable_problems(values, role):
 class FilterModule:
     def filters(self):
         return {
-            "router_plan": router_plan,
-            "router_impl_running": router_impl_running,
             "pd_problems": pd_problems,
             "cli_check_groups": cli_check_groups,
             "cli_refusals": cli_refusals,
@@ -147,7 +123,6 @@ class FilterModule:
             "venvs_to_remove": venvs_to_remove,
             "systemd_line": systemd_line,
             "systemd_env": systemd_env,
-            "router_flag_variables": router_flag_variables,
             "variable_pattern": variable_pattern,
             "variable_problems": variable_problems,
         }

@@ -83,7 +83,7 @@ def test_listing_has_no_undocumented(kind):
 
 # The filters a user's own playbooks may call; every other filter says in its short description that it is the
 # roles' own plumbing, so `ansible-doc -t filter -l disagg.sglang` tells the two apart.
-USER_FILTERS = {"router_plan", "pd_placement", "scrape_targets", "kv_transfer_report",
+USER_FILTERS = {"pd_placement", "scrape_targets", "kv_transfer_report",
                 "in_flight_requests", "stranded_kv_tokens"}  # fmt: skip
 
 

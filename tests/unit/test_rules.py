@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import topology_fakes as tf
 import yaml
+from ansible_collections.disagg.sglang.plugins.action import router_plan as router_plan_action
 from ansible_collections.disagg.sglang.plugins.filter.plan import FilterModule
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
     cluster_rules,
@@ -126,28 +127,20 @@ def preflight(
         )
     )
     if "router" in groups:
-        extra_flags, impl = v("sglang_router_extra_flags"), v("sglang_router_impl")
-        router_inputs = {
-            "host": v("inventory_hostname"),
-            **shared,
-            "unit": "sglang-router",
-            "impl": impl,
-            # an impl the table refuses never gets this far in a run (the deps preflight names it first)
-            "flag_values": {name: v(name) for name in F["router_flag_variables"](impl)}
-            if isinstance(impl, str) and impl in sf.ROUTER_IMPLS
-            else {},
-            "extra_flags": extra_flags,
-            "env": v("sglang_router_extra_env"),
-            "ports": {
-                "sglang_router_port": v("sglang_router_port"),
-                "sglang_router_prometheus_port": v("sglang_router_prometheus_port"),
-            },
-            **looks,
-            "variables": plan_inputs.user_vars(values),
-        }
-        router = F["router_plan"](plan["units"], router_inputs)
+        # the router's plan as disagg.sglang.router_plan (plugins/action/router_plan.py) derives its inputs
+        look = {"paths": found_paths, "listeners": found_listeners}
+        try:
+            router_inputs = router_plan_action.router_inputs(values, v("inventory_hostname"), variables["groups"], look)
+        except sf.FlagError as exc:  # an impl the table refuses never gets this far in a run
+            router_inputs, refused = None, [str(exc)]
+        router = plan_mod.router_plan(plan["units"], router_inputs) if router_inputs else {"problems": refused}
         stages.append(table("sglang_router"))
-        stages.append(lambda: router["problems"])
+        stages.append(
+            lambda: (
+                router["problems"]
+                + cluster_rules.worker_api_key_problems(v("sglang_worker_api_key"), v("sglang_router_api_key"))
+            )
+        )
     for stage in stages:
         messages = stage()
         if messages:
@@ -182,8 +175,8 @@ def test_bad_inventory_row_fails_with_its_message(topologies, row):
 
 # Rules the bad-inventory rows cannot reach through the plan, and the test that trips each of them.
 RULES_TESTED_ELSEWHERE = {
-    "cluster_rules.worker_api_key_problems": "roles/sglang_router/tasks/plan.yml calls it beside the plan: "
-    "tests/unit/test_cluster_rules.py",
+    "cluster_rules.worker_api_key_problems": "disagg.sglang.router_plan checks it beside the plan: "
+    "tests/unit/test_cluster_rules.py, tests/unit/test_router_plan_action.py",
     "kv_rules.p2p_policy_problems": "the p2p policy's own variable: tests/unit/test_kv_rules.py",
     "cluster_rules.bind_problems": "the address_check module on the hosts: tests/unit/test_cluster_rules.py, and "
     "tests/integration/test_multihost.py on three sandbox hosts",

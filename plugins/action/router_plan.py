@@ -1,0 +1,85 @@
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The router unit of one host in one task (documentation: plugins/modules/router_plan.py).
+
+On the controller, from the task's variables and the deployment's worker specs (O(workers)): the router's variables
+against the collection's table, then plan.router_plan on the inputs (module_utils/plan/plan_inputs.py derives what
+every unit of a host shares, as the preflight's host_plan does), and the rule that the workers' API key is the
+router's (cluster_rules.worker_api_key_problems). Nothing runs on the host: what it read there is the preflight's look
+(O(look), host_plan's registered result)."""
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.disagg.sglang.plugins.action.host_plan import TaskVariables
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import cluster_rules, plan, plan_inputs
+from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
+
+OPTIONS = {"workers": list, "look": dict, "variables": str}
+# the router's listeners, by the variable that sets each (plan.router_plan's ports)
+PORTS = ("sglang_router_port", "sglang_router_prometheus_port")
+
+
+def router_inputs(v, host, groups, look):
+    """plan.router_plan's inputs from the host's variables V (templated when read) and LOOK (host_look's paths and
+    listeners as host_plan returned them). KeyError names a variable that is not defined (the router role's defaults
+    define every one); sf.FlagError an sglang_router_impl the collection does not run."""
+    impl = v["sglang_router_impl"]
+    flag_variables = list(sf.router_impl(impl)["flags"].values())
+    return {
+        "host": host,
+        "impl": impl,
+        "settings": plan_inputs.settings(v, plan_inputs.colocated(groups), dict(v.get("sglang_deps_venv_paths") or {})),
+        "secrets": plan_inputs.secrets(v),
+        "unit": f"{v['sglang_unit_prefix']}router",
+        "flag_values": {name: v[name] for name in flag_variables},
+        "extra_flags": v["sglang_router_extra_flags"],
+        "env": v["sglang_router_extra_env"],
+        "variables": plan_inputs.user_vars(v),
+        "conflicting_units": v["sglang_conflicting_units"],
+        "host_paths": look.get("paths") or {},
+        "listeners": look.get("listeners") or {},
+        "ports": {name: v[name] for name in PORTS},
+    }
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        wrong = [f"{key} must be a {kind.__name__}" for key, kind in OPTIONS.items()
+                 if key in args and not isinstance(args[key], kind)]  # fmt: skip
+        unknown = sorted(set(args) - set(OPTIONS))
+        if wrong or unknown or "workers" not in args:
+            missing = [] if "workers" in args else ["missing required option workers"]
+            raise AnsibleActionFail("; ".join(wrong + [f"unknown option {key}" for key in unknown] + missing))
+        v = TaskVariables(self._templar, task_vars)
+        host = task_vars["inventory_hostname"]
+        problems = plan_inputs.table_problems(v, args["variables"]) if args.get("variables") else []
+        if not problems:
+            try:
+                inputs = router_inputs(v, host, task_vars.get("groups"), dict(args.get("look") or {}))
+            except KeyError as exc:
+                raise AnsibleActionFail(f"the router's plan reads {exc.args[0]}, which is not defined") from exc
+            except sf.FlagError as exc:
+                problems = [str(exc)]
+        if not problems:
+            planned = plan.router_plan(list(args["workers"]), inputs)
+            problems = list(planned["problems"])
+            problems += cluster_rules.worker_api_key_problems(v.get("sglang_worker_api_key"),
+                                                              v.get("sglang_router_api_key"))  # fmt: skip
+        if problems:
+            return {**result, "failed": True, "changed": False, "msg": ". ".join(problems) + "."}
+        unit = planned["unit"]
+        deployed = dict(v.get("sglang_deployed") or {})
+        result.update(
+            changed=False,
+            unit=unit,
+            # the program the deployed router unit runs: the run talks to it until it restarts it
+            running_impl=sf.running_impl(deployed.get(unit["unit"]), unit["impl"]),
+            # whether the router's command line still needs its parser's check: not where the router's record says
+            # this parser accepted this command line (units.argv_key, as plan.cli_check_groups leaves it out)
+            cli_check=len(plan.cli_check_groups({host: [unit]}, {}, {host: deployed})) > 0,
+        )
+        return result

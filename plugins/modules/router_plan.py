@@ -1,0 +1,85 @@
+#!/usr/bin/python
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+# Documentation only: the action plugin plugins/action/router_plan.py does the work.
+
+DOCUMENTATION = r"""
+---
+module: router_plan
+short_description: Plan the router unit of one host from the deployment's worker specs, failing with every problem
+version_added: "0.1.0"
+extends_documentation_fragment: [disagg.sglang.module]
+description:
+  - The router's plan in one task (roles/sglang_router/tasks/plan.yml), after every worker host planned its units
+    (M(disagg.sglang.host_plan)). Its inputs are the task's variables, derived on the controller by
+    C(plugins/module_utils/plan/plan_inputs.py) as host_plan derives a worker host's (the service settings, the
+    secrets, the account's variables), the flags of the router program C(sglang_router_impl) names, and the worker
+    specs of the deployment (O(workers)); the router dials each worker at its spec's url (its advertise address).
+  - First the variables of O(variables)'s role against the collection's variable table; then the router unit
+    (C(plugins/module_utils/plan/plan.py) C(router_plan)) and its rules, and the rule that the workers' API key is the
+    router's (C(cluster_rules.worker_api_key_problems)).
+  - Fails naming every problem of the first step that found any (joined by C(. )); no unit is planned then.
+  - Runs on the controller only; what it knows of the host is what the preflight's look read (O(look)).
+  - Changes nothing, in any mode.
+options:
+  workers:
+    description:
+      - The planned worker unit specs of the whole deployment, in inventory order (prefill hosts, then decode hosts),
+        so that the router's command line does not depend on the order of a set.
+    type: list
+    elements: dict
+    required: true
+  look:
+    description:
+      - What M(disagg.sglang.host_plan) returned on this host (its C(paths) and C(listeners) are read), for the rules
+        on the host's paths and the ports in use. Left out, none are known.
+    type: dict
+  variables:
+    description:
+      - A role of the collection's variable table (C(module_utils/plan/variables.py)) whose variables are checked
+        from the task's variables (type, range, choices) before the plan; the task fails naming every problem.
+        Left out, none are.
+    type: str
+attributes:
+  action:
+    support: full
+    description: Runs on the controller.
+  check_mode:
+    support: full
+    details: Plans only, so check mode plans what a real run plans.
+  diff_mode:
+    support: none
+    details: Nothing to diff.
+seealso:
+  - module: disagg.sglang.host_plan
+"""
+
+EXAMPLES = r"""
+- name: Plan the router unit from the workers' specs
+  disagg.sglang.router_plan:
+    workers: >-
+      {{ groups['prefill'] | union(groups['decode']) | map('extract', hostvars, 'sglang_worker_units') | flatten }}
+    look: "{{ __sglang_look }}"
+    variables: sglang_router
+  register: __router_plan
+"""
+
+RETURN = r"""
+unit:
+  description: The router's unit spec (C(plugins/module_utils/units/units.py) C(router_unit)).
+  returned: success
+  type: dict
+running_impl:
+  description:
+    - The router program the deployed router unit runs (its record's C(impl)), or the planned one where none is
+      deployed; a run that switches routers talks to the running one until it restarts it.
+  returned: success
+  type: str
+  sample: sglang_router
+cli_check:
+  description:
+    - Whether the router's command line still needs the check by the installed router's parser; false where the
+      router's record says this parser accepted this command line (C(units.argv_key)).
+  returned: success
+  type: bool
+"""

@@ -1,0 +1,89 @@
+"""The router's plan in one task, disagg.sglang.router_plan (an action plugin: its inputs from the host's variables,
+the plan on the controller), through `ansible` itself on an inventory host of every role with the sandbox
+inventory's variables: it plans the unit plan.router_plan plans of the inputs the action derives (test_rules'
+preflight derives them by the same function), says which program the deployed router runs and whether its command
+line still needs the parser's check, and fails with the rules' messages."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleError
+from ansible_collections.disagg.sglang.plugins.module_utils.units import units
+from inventory_vars import host_vars
+from test_rules import preflight, topology  # noqa: F401 (the fixture)  # pylint: disable=unused-import
+
+REPO = Path(__file__).resolve().parents[2]
+HOST = "pytest-badinv-1"
+
+
+@pytest.fixture(scope="module")
+def planned(topology):  # noqa: F811
+    """The worker specs and the router spec of the sandbox inventory, one host of every role."""
+    messages, specs = preflight(topology, with_units=True)
+    assert messages == []
+    return specs[:-1], specs[-1]
+
+
+def router_plan(tmp_path, workers, **changed):
+    """(status such as "HOST | SUCCESS", result) of router_plan as roles/sglang_router/tasks/plan.yml calls it."""
+    _templar, variables, v = host_vars(host=HOST, extra=changed)
+    values = {}
+    for name in variables:
+        if name.startswith("sglang_"):
+            try:
+                values[name] = v(name)
+            except AnsibleError:  # a variable of another role that this inventory cannot template
+                continue
+    (tmp_path / "vars.json").write_text(json.dumps(values))
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    groups = {role: {"hosts": {HOST: None}} for role in ("prefill", "decode", "router")}
+    (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {HOST: local}, "children": groups}}))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"), LC_ALL="C.UTF-8")  # fmt: skip
+    args = json.dumps({"workers": workers, "look": {"paths": {}, "listeners": {}}, "variables": "sglang_router"})
+    argv = [str(Path(sys.executable).with_name("ansible")), HOST, "-i", str(tmp_path / "hosts.yml"), "-o",
+            "-e", f"@{tmp_path / 'vars.json'}", "-m", "disagg.sglang.router_plan", "-a", args]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, cwd=REPO, timeout=120)
+    head, sep, body = proc.stdout.partition("=> ")
+    assert sep, proc.stdout + proc.stderr
+    return head.strip(), json.loads(body)
+
+
+def test_router_plan_plans_the_unit_the_plan_plans_from_the_workers_specs(planned, tmp_path):
+    workers, router = planned
+    status, result = router_plan(tmp_path, workers)
+    assert status == f"{HOST} | SUCCESS" and result["changed"] is False, result
+    assert result["unit"] == json.loads(json.dumps(router))
+    # nothing deployed: the planned program runs next, and the command line was never checked
+    assert result["running_impl"] == router["impl"] == "sglang_router" and result["cli_check"] is True
+
+
+def test_router_plan_reads_the_running_program_and_the_checked_command_line_from_the_record(planned, tmp_path):
+    workers, router = planned
+    record = {"impl": "smg", "module": "smg.launch_router", "argv_key": units.argv_key(router)}
+    status, result = router_plan(tmp_path, workers, sglang_deployed={router["unit"]: record})
+    assert status == f"{HOST} | SUCCESS", result
+    assert result["running_impl"] == "smg" and result["cli_check"] is False
+
+
+def test_router_plan_fails_when_the_workers_key_is_not_the_routers(planned, tmp_path):
+    workers, _router = planned
+    status, result = router_plan(tmp_path, workers, sglang_worker_api_key="w", sglang_router_api_key="r")
+    assert status.endswith("FAILED!") and "unit" not in result
+    assert result["msg"].startswith("sglang_worker_api_key differs from sglang_router_api_key")
+
+
+def test_router_plan_checks_the_routers_variables_against_the_table_first(planned, tmp_path):
+    workers, _router = planned
+    status, result = router_plan(tmp_path, workers, sglang_router_port="80a", sglang_router_impl="nginx")
+    assert status.endswith("FAILED!") and "sglang_router_port" in result["msg"], result
+
+
+def test_router_plan_names_a_router_program_the_collection_does_not_run(planned, tmp_path):
+    workers, _router = planned
+    status, result = router_plan(tmp_path, workers, sglang_router_impl="nginx")
+    assert status.endswith("FAILED!") and "sglang_router_impl 'nginx' is not a router" in result["msg"], result
