@@ -34,11 +34,6 @@ def restart_decision(units, changed, new, inputs):
     return rolling.restart_decision(list(units), list(changed), list(new), inputs)
 
 
-def role_totals(worker_specs):
-    """{role: instances in the deployment}."""
-    return rolling.role_totals(list(worker_specs))
-
-
 def with_previous(specs, previous_files, previous_env_files, host, previous_records=None):
     """The units to roll back with their host and previous files (see rolling.with_previous)."""
     return rolling.with_previous(list(specs), previous_files, previous_env_files, host, previous_records)
@@ -90,7 +85,6 @@ class FilterModule:
             "connect_targets": connect_targets,
             "deployment_bind_problems": deployment_bind_problems,
             "rolling_plan": rolling_plan,
-            "role_totals": role_totals,
             "restart_decision": restart_decision,
             "rolling_left": rolling_left,
             "with_previous": with_previous,

@@ -17,27 +17,6 @@ plan_inputs = Lazy("plan.plan_inputs")
 sf = Lazy("units.sglang_flags")
 
 
-def pd_problems(worker_specs, inputs=None):
-    """What prefill and decode disagree on in the KV handoff, now and during the change (see plan.pd_problems)."""
-    return plan.pd_problems(list(worker_specs), dict(inputs or {}))
-
-
-def cli_refusals(results):
-    """{host: the flag checks' messages that refused a command line of that host} (see plan.cli_refusals)."""
-    return plan.cli_refusals(list(results or []))
-
-
-def cli_check_groups(units_by_host, venv_ready=None, deployed=None):
-    """The deployment's command lines by the program that parses them, each group checked once on one host, less
-    those their records say were checked (see plan.cli_check_groups)."""
-    return plan.cli_check_groups(dict(units_by_host or {}), dict(venv_ready or {}), dict(deployed or {}))
-
-
-def deployment(looks):
-    """The deployment's plans joined once per run (see plan.deployment)."""
-    return plan.deployment(dict(looks or {}))
-
-
 def deps_problems(values, group_names):
     """The dependency checks of a host (see plan_inputs.deps_problems). VALUES: {name: value} of the defined
     variables of plan_input_pattern('deps')."""
@@ -112,10 +91,6 @@ def variable_problems(values, role):
 class FilterModule:
     def filters(self):
         return {
-            "pd_problems": pd_problems,
-            "cli_check_groups": cli_check_groups,
-            "cli_refusals": cli_refusals,
-            "deployment": deployment,
             "deps_problems": deps_problems,
             "venv_paths": venv_paths,
             "plan_input_pattern": plan_input_pattern,

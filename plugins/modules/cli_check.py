@@ -70,6 +70,12 @@ options:
         argument tokens without the program itself.
     type: dict
     required: true
+  owners:
+    description:
+      - Whom each argv of O(argvs) belongs to, by argv name (the collection's preflight checks the command lines of
+        many hosts in one call and names each refused host in RV(refused)). An argv without an owner is in no
+        RV(refused) entry.
+    type: dict
   parser_entry:
     description:
       - C(MODULE:FUNCTION), the program's function that turns an argv list into its arguments by calling
@@ -173,6 +179,15 @@ problems:
         hint: >-
           write --tp-size instead of --tp: the rules of this collection (and the program's own checks of raw
           arguments) match full names only, and a flag added later can make the abbreviation ambiguous
+refused:
+  description:
+    - Per owner (O(owners)) of an argv with problems, the module's message in a list (a list, so that the refusals
+      of several calls merge with C(combine(list_merge='append'))); empty when nothing was refused or no owners
+      were given.
+  returned: always
+  type: dict
+  sample:
+    gpu-1: ["sglang refuses gpu-1 decode0 (--tp is an abbreviation of --tp-size) ..."]
 flag_warnings:
   description: Deprecated flags (what the program logs), each with C(name), C(flag), C(kind), C(message), C(hint).
   returned: always
@@ -233,6 +248,7 @@ ARGUMENT_SPEC = {
     "cache_dir": {"type": "path"},
     "parser_entry": {"type": "str"},
     "later": {"type": "str"},
+    "owners": {"type": "dict"},
 }
 
 
@@ -260,6 +276,9 @@ def main():
     except CheckError as exc:
         module.fail_json(msg=str(exc), changed=False)
 
+    owners = module.params["owners"] or {}
+    refused = dict.fromkeys(owners[name] for name in result.get("problems") or {} if name in owners)
+    result["refused"] = {owner: [result.get("msg", "")] for owner in refused}
     for warning in result.pop("warnings"):
         module.warn(warning)
     if result.pop("failed"):

@@ -26,6 +26,7 @@ import pytest
 import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
+from ansible.plugins.filter.core import combine
 from ansible_collections.disagg.sglang.plugins.module_utils.cli import cli_argparse as ca
 from ansible_collections.disagg.sglang.plugins.module_utils.cli import cli_check as cc
 from ansible_collections.disagg.sglang.plugins.module_utils.cli import cli_parser_script as cps
@@ -669,17 +670,31 @@ def test_module_with_the_real_router(tmp_path):
     assert len(os.listdir(tmp_path)) == 3
 
 
-def test_a_refused_command_line_fails_the_host_it_belongs_to_not_the_host_that_checked():
-    """plan.cli_refusals: the once-per-venv check ran on clm-2 for every host; a refused decode flag of clm-3 names
-    clm-3 (and only it), a check without problems names nobody, a skipped check is no refusal."""
-    refused = {"msg": "sglang refuses clm-3 decode0: --no-such-flag", "problems": {"clm-3 decode0": ["unrecognized"]},
-               "item": {"delegate": "clm-2", "hosts": ["clm-2", "clm-3", "clm-4"]}}  # fmt: skip
-    accepted = {"msg": "2 command line(s) accepted", "problems": {}, "item": {"delegate": "clm-2"}}
-    results = [refused, accepted, {"skipped": True}]
-    assert plan_rules.cli_refusals(results) == {"clm-3": "sglang refuses clm-3 decode0: --no-such-flag"}
+def test_a_refused_command_line_fails_the_host_it_belongs_to_not_the_host_that_checked(tmp_path):
+    """The once-per-venv check (plan.cli_check_groups' group, its owners) runs on one host for every host; a refused
+    line of clm-3 names clm-3 (and only it) in the module's refused, a check without problems names nobody, and
+    roles/sglang/tasks/plan.yml merges the refusals of every check as it does (combine(list_merge='append'), then
+    each host's messages joined by a space)."""
+    python, module, version_command, _env = program_commands("router")
+    line = ["--pd-disaggregation", "--prefill", "http://a:30000", "8998", "--decode", "http://c:30001"]
+    spec = {"python": python, "module": module, "lines": [line], "unit": "sglang-router"}
+    group = plan_rules.cli_check_groups({"clm-2": [dict(spec, name="r0")], "clm-3": [dict(spec, name="r0")],
+                                         "clm-3x": [dict(spec, name="r0"), dict(spec, name="r1")]})[0]  # fmt: skip
+    assert group["owners"] == {"clm-2 r0": "clm-2", "clm-3 r0": "clm-3", "clm-3x r0": "clm-3x", "clm-3x r1": "clm-3x"}
+    bad = ["--pd-disaggregation", "--prefill-policy", "fastest"]
+    args = {"python": python, "module": module, "version_command": version_command, "cache_dir": str(tmp_path),
+            "owners": group["owners"]}  # fmt: skip
+    code, refused = run_module(dict(args, argvs=dict(group["argvs"], **{"clm-3 r0": bad})))
+    assert code == 1 and refused["refused"] == {"clm-3": [refused["msg"]]}
+    assert "clm-3 r0: --prefill-policy" in refused["msg"]
+    code, accepted = run_module(dict(args, argvs=group["argvs"]))
+    assert code == 0 and accepted["refused"] == {}
     # a host whose name starts like another's is not it; one check that refused two lines of a host names it once
-    twice = {"msg": "sglang refuses clm-3x p0, clm-3x p1", "problems": {"clm-3x p0": ["a"], "clm-3x p1": ["b"]}}
-    assert plan_rules.cli_refusals([*results, twice, refused]) == {
-        "clm-3": "sglang refuses clm-3 decode0: --no-such-flag sglang refuses clm-3 decode0: --no-such-flag",
-        "clm-3x": "sglang refuses clm-3x p0, clm-3x p1",
+    code, twice = run_module(dict(args, argvs=dict(group["argvs"], **{"clm-3x r0": bad, "clm-3x r1": bad})))
+    assert code == 1 and twice["refused"] == {"clm-3x": [twice["msg"]]}
+    results = [refused, accepted, {"skipped": True}, twice, refused]
+    merged = combine([r.get("refused", {}) for r in results], list_merge="append")
+    assert {host: " ".join(messages) for host, messages in merged.items()} == {
+        "clm-3": f"{refused['msg']} {refused['msg']}",
+        "clm-3x": twice["msg"],
     }

@@ -122,7 +122,7 @@ def preflight(
     )
     stages.append(lambda: plan["problems"])
     stages.append(
-        lambda: F["pd_problems"](
+        lambda: plan_mod.pd_problems(
             plan["units"], {"compatible": v("sglang_engine_compatible_versions"), "batch": v("sglang_rolling_batch")}
         )
     )

@@ -389,9 +389,11 @@ def host_paths(paths):
 
 def cli_check_groups(units_by_host, venv_ready=None, deployed=None):
     """The worker command lines of the deployment, grouped by the program that parses them: one group per (python,
-    module), each [{python, module, delegate, hosts, units, argvs}]. argvs are keyed "HOST NAME" (the parser's
-    messages then read "HOST NAME: --flag: ..."); delegate is the first host of the group that has its python
-    (VENV_READY {host: {path: exists}}, the hosts' looks), else its first host (which then says "flags not checked").
+    module), each [{python, module, delegate, hosts, units, argvs, owners}]. argvs are keyed "HOST NAME" (the
+    parser's messages then read "HOST NAME: --flag: ..."), owners name each one's HOST (cli_check's refused: each host
+    whose line was refused fails on its own, whichever host ran the check); delegate is the first host of the group
+    that has its python (VENV_READY {host: {path: exists}}, the hosts' looks), else its first host (which then says
+    "flags not checked").
     A spec whose record (DEPLOYED {host: {unit: record}}, the hosts' looks) holds its argv_key is left out: that
     parser accepted that command line before the record was written (units.argv_key); a group left with nothing to
     check is left out.
@@ -409,12 +411,14 @@ def cli_check_groups(units_by_host, venv_ready=None, deployed=None):
             if (records.get(spec.get("unit")) or {}).get("argv_key") == units.argv_key(spec):
                 continue
             key = (str(spec.get("python")), str(spec.get("module")))
-            group = groups.setdefault(key, {"python": key[0], "module": key[1], "hosts": [], "units": [], "argvs": {}})
+            group = groups.setdefault(key, {"python": key[0], "module": key[1], "hosts": [], "units": [], "argvs": {},
+                                            "owners": {}})  # fmt: skip
             if host not in group["hosts"]:
                 group["hosts"].append(host)
             if spec.get("unit") not in group["units"]:
                 group["units"].append(spec.get("unit"))
             group["argvs"][f"{host} {spec.get('name')}"] = units.checked_argv(spec)
+            group["owners"][f"{host} {spec.get('name')}"] = host
     for group in groups.values():
         group["delegate"] = next(
             (h for h in group["hosts"] if (ready.get(h) or {}).get(group["python"]) is True), group["hosts"][0]
@@ -461,19 +465,6 @@ def moved_lines(specs, deployed, topology=None):
             + (f": its GPUs {gpus(sorted(set(old) - set(new)))} go to {', '.join(taken)}" if taken else "")
         )
     return lines
-
-
-def cli_refusals(results):
-    """{host: the messages of the once-per-venv flag checks (cli_check_groups' results, as registered) that refused a
-    command line of that host (their argvs are keyed "HOST NAME"), joined by a space}: each host whose flags were
-    refused fails on its own, whichever host ran the check. Hosts with no refusal are not in it."""
-    refused = {}
-    for r in results or []:
-        if not isinstance(r, dict):
-            continue
-        for host in dict.fromkeys(str(name).split(" ", 1)[0] for name in (r.get("problems") or {})):
-            refused.setdefault(host, []).append(r.get("msg", ""))
-    return {host: " ".join(messages) for host, messages in refused.items()}
 
 
 def deployment(looks):

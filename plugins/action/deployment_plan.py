@@ -1,0 +1,48 @@
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The deployment's plans joined once per run (documentation: plugins/modules/deployment_plan.py).
+
+On the controller only, run once: every host's plan (what its host_plan returned, O(looks)) joined by plan.deployment,
+the KV agreement of prefill and decode across the deployment (plan.pd_problems), the instances of each role
+(rolling.role_totals) and the worker command lines grouped by the program that parses them (plan.cli_check_groups),
+each group checked once on one host by the next task."""
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.disagg.sglang.plugins.action.host_plan import TaskVariables
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan
+from ansible_collections.disagg.sglang.plugins.module_utils.units import rolling
+
+
+def deployment_plan(looks, compatible, batch):
+    """{deployment, pd_problems, role_totals, cli_checks} of LOOKS {host: what its host_plan returned ({} where it did
+    not run)}; COMPATIBLE: sglang_engine_compatible_versions, BATCH: sglang_rolling_batch."""
+    joined = plan.deployment(looks)
+    specs = [spec for host_specs in joined["units"].values() for spec in host_specs]
+    return {
+        "deployment": joined,
+        "pd_problems": plan.pd_problems(
+            specs, {"compatible": compatible, "batch": batch, "deployed": joined["deployed"]}
+        ),
+        "role_totals": rolling.role_totals(specs),
+        "cli_checks": plan.cli_check_groups(joined["units"], joined["venv_ready"], joined["deployed"]),
+    }
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        unknown = sorted(set(args) - {"looks"})
+        if unknown or not isinstance(args.get("looks"), dict):
+            raise AnsibleActionFail("; ".join(["looks (a dict) is required"] * (not isinstance(args.get("looks"), dict))
+                                              + [f"unknown option {key}" for key in unknown]))  # fmt: skip
+        v = TaskVariables(self._templar, task_vars)
+        try:
+            found = deployment_plan(args["looks"], v["sglang_engine_compatible_versions"], v["sglang_rolling_batch"])
+        except KeyError as exc:
+            raise AnsibleActionFail(f"the deployment's plan reads {exc.args[0]}, which is not defined") from exc
+        result.update(changed=False, **found)
+        return result

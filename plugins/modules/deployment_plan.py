@@ -1,0 +1,79 @@
+#!/usr/bin/python
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+# Documentation only: the action plugin plugins/action/deployment_plan.py does the work.
+
+DOCUMENTATION = r"""
+---
+module: deployment_plan
+short_description: Join the plans of the deployment's hosts once, with the KV agreement and the groups of the flag check
+version_added: "0.1.0"
+extends_documentation_fragment: [disagg.sglang.module]
+description:
+  - The preflight's deployment-wide step (roles/sglang/tasks/plan.yml, run once), after every host planned its units
+    (M(disagg.sglang.host_plan)). From what each host's plan returned (O(looks)) it joins the deployment's plans once
+    (C(plugins/module_utils/plan/plan.py) C(deployment)), and on them finds what prefill and decode of the whole
+    deployment disagree on in the KV handoff, now and during the change (C(plan.pd_problems)), counts the instances
+    of each role (C(plugins/module_utils/units/rolling.py) C(role_totals)) and groups the worker command lines by the
+    program that parses them, each group to be checked once on one host that has its venv (C(plan.cli_check_groups)).
+  - Reads C(sglang_engine_compatible_versions) and C(sglang_rolling_batch) from the task's variables.
+  - Runs on the controller only and never fails on the plans; the play shows the warnings first, then asserts
+    RV(pd_problems) is empty.
+options:
+  looks:
+    description:
+      - What M(disagg.sglang.host_plan) returned on each host of the play, by host (C({}) where it did not run).
+    type: dict
+    required: true
+attributes:
+  action:
+    support: full
+    description: Runs on the controller.
+  check_mode:
+    support: full
+    details: Reads only, so check mode joins what a real run joins.
+  diff_mode:
+    support: none
+    details: Nothing to diff.
+seealso:
+  - module: disagg.sglang.host_plan
+  - module: disagg.sglang.cli_check
+"""
+
+EXAMPLES = r"""
+- name: Collect the plans of the deployment's hosts, once
+  disagg.sglang.deployment_plan:
+    looks: >-
+      {{ dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars, '__sglang_look')
+         | map('default', {}))) }}
+  register: __deployment
+  run_once: true
+"""
+
+RETURN = r"""
+deployment:
+  description:
+    - C(units), C(deployed), C(venv_ready) and C(bind) by host (the worker specs, the unit records, whether each
+      host has this run's engine python, the bind check's outcome); C(lines) by host, what to show of each host's
+      plan (only hosts with some); C(retired), every host's retired units.
+  returned: success
+  type: dict
+pd_problems:
+  description: What prefill and decode of the deployment disagree on in the KV handoff, each a message naming the fix.
+  returned: success
+  type: list
+  elements: str
+role_totals:
+  description: The instances of each role in the deployment.
+  returned: success
+  type: dict
+  sample: {prefill: 2, decode: 2}
+cli_checks:
+  description:
+    - One group per program (python, module), each C({python, module, delegate, hosts, units, argvs, owners}), for
+      M(disagg.sglang.cli_check) delegated to C(delegate); a unit whose record says this parser accepted its command
+      line is left out.
+  returned: success
+  type: list
+  elements: dict
+"""
