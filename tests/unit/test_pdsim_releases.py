@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,7 @@ def test_the_table():
     assert [flag for flag, _kwargs in releases.RELEASES["0.2.0"].flags] == ["--sim-v2-feature"]
     assert releases.RELEASES["0.2.0"].fail == ()
     assert releases.RELEASES["0.2.1"].flags == releases.RELEASES["0.2.0"].flags
-    assert releases.RELEASES["0.2.1"].fail == ("health:503",)
+    assert releases.RELEASES["0.2.1"].fail == () and releases.RELEASES["0.2.1"].stall_after == 0.0
     assert sglang_pd_sim.__version__ == releases.BASE_VERSION == "0.1.0"  # the source tree is 0.1.0
     assert wheelhouse.pdsim_versions() == list(releases.RELEASES)
 
@@ -123,21 +124,24 @@ def test_the_flag_checker_sees_each_releases_own_parser(release_trees):
 def test_default_failures_and_the_environments_added_after():
     assert load_knobs({}, version="0.2.0").fail_health is None
     broken = load_knobs({}, version="0.2.1")
-    assert broken.fail_health == 503 and broken.raw_fail == "health:503" and not broken.problems
+    assert broken.stall_after == 0.0 and broken.fail_health is None and not broken.problems
+    assert load_knobs({}, version="0.2.0").stall_after is None
+    assert load_knobs({"SGLANG_SIM_STALL_AFTER": "inf"}, version="0.2.1").stall_after is None  # the env overrides
+    assert load_knobs({"SGLANG_SIM_STALL_AFTER": "3"}, version="0.2.1").stall_after == 3.0
     both = load_knobs({"SGLANG_SIM_FAIL": "generate:500"}, version="0.2.1")
-    assert both.raw_fail == "health:503,generate:500" and both.fail_health == 503 and both.fail_generate == 500
+    assert both.raw_fail == "generate:500" and both.fail_generate == 500 and both.stall_after == 0.0
 
 
-def test_0_2_1_is_alive_and_never_healthy(sims, release_trees):
-    sim = sims.start("null", src=release_trees["0.2.1"], healthy=False)
-    sim.wait_healthy()  # /ready: 200 until a health check fails (SGLANG_SIM_FAIL=health:CODE)
-    for _attempt in range(3):
-        assert http("GET", sim.url("/health"))[0] == 503
-        assert http("GET", sim.url("/health_generate"))[0] == 503
-    status, info = http("GET", sim.url("/server_info"))
-    assert status == 200 and info["version"] == "0.5.23"  # as sglang reports its own version
-    assert info["simulator"]["version"] == "0.2.1" and info["simulator"]["knobs"]["fail_health"] == 503
-    assert http("POST", sim.url("/generate"), {"text": "hi", "sampling_params": {"max_new_tokens": 2}})[0] == 200
+def test_0_2_1_comes_up_and_stalls_as_sglang_s_scheduler_does(sims, release_trees):
+    """Up (its /ready answers), then its scheduler answers nothing: /health only a 503 after its own health check
+    timeout (1 s here), a generation not at all; the process keeps running (sglang 0.5.23 http_server.py)."""
+    sim = sims.start("null", src=release_trees["0.2.1"], env={"SGLANG_HEALTH_CHECK_TIMEOUT": "1"}, healthy=False)
+    sim.wait_healthy()  # /ready: 200 until a health check fails
+    started = time.monotonic()
+    assert http("GET", sim.url("/health"), timeout=10)[0] == 503
+    assert time.monotonic() - started >= 1.0, "a 503 at once is a warm-up's, not a stalled scheduler's"
+    with pytest.raises(OSError):  # a timeout: the generation hangs
+        http("POST", sim.url("/generate"), {"text": "hi", "sampling_params": {"max_new_tokens": 2}}, timeout=2)
     assert sim.popen.poll() is None  # the process keeps running
 
 

@@ -440,7 +440,7 @@ def _env_bool(env, name: str, default: bool, problems: list[str]) -> bool:
 
 def load_knobs(env=None, version: str | None = None) -> Knobs:
     """The knobs from ENV; the release VERSION (default: this package's own) adds its default SGLANG_SIM_FAIL
-    items before the environment's (0.2.1: `health:503`, sglang's alive-but-never-healthy failed upgrade)."""
+    items before the environment's, and its stall where the environment sets none (0.2.1: stalls once up)."""
     env = os.environ if env is None else env
     problems: list[str] = []
     release, unknown = releases.release(version) if version is not None else releases.current()
@@ -461,7 +461,11 @@ def load_knobs(env=None, version: str | None = None) -> Knobs:
         # tokenizer_manager.py sigterm_watchdog: asyncio.sleep(5) between its checks
         drain_poll=_env_float(env, "SGLANG_SIM_DRAIN_POLL", 5.0, problems) or 5.0,
         warmup_delay=_env_float(env, "SGLANG_SIM_WARMUP_DELAY", 0.0, problems),
-        stall_after=_env_optional(env, "SGLANG_SIM_STALL_AFTER", problems),
+        stall_after=(
+            _env_optional(env, "SGLANG_SIM_STALL_AFTER", problems)
+            if env.get("SGLANG_SIM_STALL_AFTER") not in (None, "")
+            else release.stall_after
+        ),
         stall_for=_env_optional(env, "SGLANG_SIM_STALL_FOR", problems),
         health_check_timeout=_env_health_timeout(env, problems),
         # tokenizer_manager.py _SCHEDULER_EXIT_TIMEOUT_SECS = 15: the wait for the schedulers after ShutdownReq

@@ -6,10 +6,11 @@ engine upgrade and its rollback after a failed upgrade can be tested offline:
 - 0.1.0: the simulator as it is (the sglang 0.5.23 flags only).
 - 0.2.0: "v2", the same plus `--sim-v2-feature`, a flag 0.1.0 refuses as argparse refuses any unknown flag
   (exit 2, "unrecognized arguments"), as an older sglang refuses a flag of a newer one.
-- 0.2.1: a broken release: as 0.2.0, but alive and never healthy. Its default SGLANG_SIM_FAIL is `health:503`:
-  /health and /health_generate answer 503 for good while the process keeps serving, which mirrors sglang's
-  usual failed-upgrade mode (sglang/srt/entrypoints/http_server.py health_generate answers 503 when the
-  scheduler does not answer within SGLANG_HEALTH_CHECK_TIMEOUT; the server process stays up).
+- 0.2.1: a broken release: as 0.2.0, but its scheduler stalls once the server is up (a default
+  SGLANG_SIM_STALL_AFTER of 0), sglang's own unhealthy state: the process lives and its port takes requests,
+  /health answers 503 only after SGLANG_HEALTH_CHECK_TIMEOUT without scheduler output
+  (sglang/srt/entrypoints/http_server.py health_generate) and generations hang as well. The environment's
+  SGLANG_SIM_STALL_AFTER overrides it.
 
 The running code looks up its own `__version__` here (`current()`); a version not in the table behaves as 0.1.0.
 """
@@ -37,6 +38,8 @@ class Release:
     flags: tuple[tuple[str, dict], ...] = ()
     # SGLANG_SIM_FAIL items the release has by default; the environment's items are added after them
     fail: tuple[str, ...] = ()
+    # SGLANG_SIM_STALL_AFTER of the release where the environment sets none (None: never stalls)
+    stall_after: float | None = None
     summary: str = field(default="", compare=False)
 
 
@@ -46,8 +49,8 @@ RELEASES: dict[str, Release] = {
     "0.2.1": Release(
         "0.2.1",
         flags=(V2_FEATURE,),
-        fail=("health:503",),
-        summary="a broken release: 0.2.0 that comes up alive and never healthy (/health 503 for good)",
+        stall_after=0.0,
+        summary="a broken release: 0.2.0 whose scheduler stalls once it is up (sglang's unhealthy state)",
     ),
 }
 
