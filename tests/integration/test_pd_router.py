@@ -665,8 +665,8 @@ def test_openai_client_gets_an_answer_on_every_route_through_each_router(router_
     [choice] = comp.choices
     assert len(words(choice.text)) == 5 and choice.finish_reason == "length"
     assert (comp.usage.completion_tokens, comp.usage.total_tokens) == (5, comp.usage.prompt_tokens + 5)
-    streamed = "".join(c.choices[0].text for c in client.completions.create(model=model, prompt="Name a city",
-                                                                              max_tokens=5, stream=True))  # fmt: skip
+    chunks = client.completions.create(model=model, prompt="Name a city", max_tokens=5, stream=True)
+    streamed = "".join(c.choices[0].text for c in chunks)
     assert streamed == choice.text  # the same prompt, the same text, streamed
 
     messages = [{"role": "user", "content": "Name a city"}]

@@ -616,8 +616,8 @@ def deps_problems(packages, packages_nodeps, wheelhouse, router_packages=None):
             "and nixl-cu13==1.5.1 for sglang 0.5.23's CUDA 13 stack)"
         )
     # the engine venv gets both lists; the router's venv its own
-    problems += package_twice_problems([("sglang_deps_packages", packages), ("sglang_deps_packages_nodeps",
-                                                                           packages_nodeps)])  # fmt: skip
+    engine_lists = [("sglang_deps_packages", packages), ("sglang_deps_packages_nodeps", packages_nodeps)]
+    problems += package_twice_problems(engine_lists)
     if router_packages is not None:
         problems += package_twice_problems([("sglang_deps_router_packages", router_packages)])
     if wheelhouse and (not isinstance(wheelhouse, str) or not wheelhouse.startswith("/")):
