@@ -207,27 +207,34 @@ def unit_sha256(host, unit):
     return on_host(host, f"sha256sum /etc/systemd/system/{unit}.service").stdout.split()[0]
 
 
-# Two ways a pushed decode configuration fails: it exits while loading (systemd sees it fail), or it comes up alive
-# but never healthy (sglang's usual failure: /health answers 503 while the process lives and /v1/models answers
-# 200), which the wait only sees by running out of time (sglang_health_timeout, short here). Both are rolled back.
-# Each row: the simulator's failure, and a line of its journal that the run's failure message must carry.
+# Two ways a pushed decode configuration fails: it exits while loading (systemd sees it fail), or it comes up and its
+# scheduler stalls (sglang's unhealthy state, 0.5.23 http_server.py health_generate: the port takes /health and
+# nothing answers for SGLANG_HEALTH_CHECK_TIMEOUT, generations hang too; the double's SGLANG_SIM_STALL_AFTER). The
+# stall is recognised after sglang_stall_timeout, not after sglang_health_timeout (sized for a load: 600 s here, so a
+# run that waited it out would far exceed the bound asserted). Both are rolled back.
+# Each row: the double's environment of the broken decode, and a line of its journal the run's failure must carry.
 BROKEN_DECODE = {
-    "exits-at-start-up": ("startup:exit", "SGLANG_SIM_FAIL startup:exit: simulated failure"),
-    "alive-but-unhealthy": ("health:503", "GET /health 503"),
+    "exits-at-start-up": ({"SGLANG_SIM_FAIL": "startup:exit"}, "SGLANG_SIM_FAIL startup:exit: simulated failure"),
+    # sglang's own check gives up after 10 s (its 503 logs "Health check failed"), the probes' 5 s see nothing
+    "stalls-once-up": ({"SGLANG_SIM_STALL_AFTER": "0", "SGLANG_HEALTH_CHECK_TIMEOUT": "10"}, "Health check failed"),
 }
-UNHEALTHY_TIMEOUT = 20  # sglang_health_timeout of the push: how long an alive-but-unhealthy decode is waited for
+HEALTH_TIMEOUT = 600  # sglang_health_timeout of the push: a load's budget, never what ends these waits
+STALL_TIMEOUT = 20  # sglang_stall_timeout of the push
+PUSH_BOUND = 240  # seconds: the run (plan, deps check, restart, stall bound, rollback, router) far below HEALTH_TIMEOUT
 
 
 @pytest.mark.parametrize("failure", list(BROKEN_DECODE))
 def test_a_decode_push_that_fails_rolls_back_and_keeps_serving(host, capsys, failure):
-    """A config push that breaks decode fails the run with decode's journal; the previous decode is back."""
+    """A config push that breaks decode fails the run within its bound with one [ERROR]: decode's, with its journal;
+    the previous decode is back."""
     unit = "sglang-decode0"
-    fail, journal_line = BROKEN_DECODE[failure]
+    env_bad, journal_line = BROKEN_DECODE[failure]
     wait_ready(host)
     before = unit_sha256(host, unit)
     broken = {
-        "sglang_decode_extra_env": {"SGLANG_SIM_TOKEN_LATENCY": TOKEN_LATENCY, "SGLANG_SIM_FAIL": fail},
-        "sglang_health_timeout": UNHEALTHY_TIMEOUT,
+        "sglang_decode_extra_env": {"SGLANG_SIM_TOKEN_LATENCY": TOKEN_LATENCY, **env_bad},
+        "sglang_health_timeout": HEALTH_TIMEOUT,
+        "sglang_stall_timeout": STALL_TIMEOUT,
     }
     started = time.monotonic()
     push = run(
@@ -239,6 +246,9 @@ def test_a_decode_push_that_fails_rolls_back_and_keeps_serving(host, capsys, fai
     try:
         output = push.stdout + push.stderr
         assert push.returncode != 0, f"the push of a broken decode did not fail the run:\n{push.stdout[-4000:]}"
+        assert push_s < PUSH_BOUND, f"the run took {push_s:.0f} s: the broken decode was not recognised in its bound"
+        errors = [line for line in output.splitlines() if line.startswith("[ERROR]")]
+        assert len(errors) == 1 and f"{unit} did not become healthy" in errors[0], errors
         assert f"{unit} did not become healthy" in output, push.stdout[-4000:]
         assert "the old configuration serves again" in output, f"no rollback reported:\n{push.stdout[-4000:]}"
         assert "The router serves it again" in output, f"the run ended before the router took decode again:\n{output}"
@@ -249,7 +259,7 @@ def test_a_decode_push_that_fails_rolls_back_and_keeps_serving(host, capsys, fai
         state = unit_state(host, unit)
         assert state["ActiveState"] == "active", f"decode is not active after the rollback: {state}"
         env = on_host(host, f"tr '\\0' '\\n' < /proc/{state['MainPID']}/environ").stdout
-        assert f"SGLANG_SIM_TOKEN_LATENCY={TOKEN_LATENCY}" in env and "SGLANG_SIM_FAIL" not in env, (
+        assert f"SGLANG_SIM_TOKEN_LATENCY={TOKEN_LATENCY}" in env and not any(k in env for k in env_bad), (
             f"decode does not run with the previous configuration:\n{env}"
         )
         assert on_host(host, f"systemctl show -p NeedDaemonReload --value {unit}.service").stdout.strip() == "no"
