@@ -11,7 +11,6 @@ from ansible_collections.disagg.sglang.plugins.module_utils.common.lazy import L
 # imported at a filter's first call, not when a template naming one is compiled (module_utils/common/lazy.py says why)
 plan = Lazy("plan.plan")
 rules = Lazy("plan.rules")
-variables = Lazy("plan.variables")
 venvs = Lazy("deps.venvs")
 plan_inputs = Lazy("plan.plan_inputs")
 sf = Lazy("units.sglang_flags")
@@ -31,25 +30,11 @@ def venv_paths(values):
 
 def plan_input_pattern(kind):
     """A regular expression matching the names of the variables the plan's inputs of KIND read (deps: the deps
-    checks and the venvs' names; settings: the settings, the secrets and the account rule's variables), for
-    query('ansible.builtin.varnames', ...): the defined ones."""
-    names = {"deps": plan_inputs.deps_names, "settings": plan_inputs.settings_names}
+    checks and the venvs' names), for query('ansible.builtin.varnames', ...): the defined ones."""
+    names = {"deps": plan_inputs.deps_names}
     if kind not in names:
         raise AnsibleFilterError(f"plan_input_pattern: {kind!r} is not one of {', '.join(names)}")
     return "^(" + "|".join(names[kind]()) + ")$"
-
-
-def plan_settings(values, groups):
-    """{settings, secrets, variables}: what every unit of a host shares, its secrets, and the account rule's variables
-    (see plan_inputs.settings). VALUES: {name: value} of the defined variables of plan_input_pattern('settings');
-    GROUPS: the inventory's groups (whether one host serves every role)."""
-    v = dict(values or {})
-    paths = dict(v.get("sglang_deps_venv_paths") or {})
-    return {
-        "settings": plan_inputs.settings(v, plan_inputs.colocated(dict(groups or {})), paths),
-        "secrets": plan_inputs.secrets(v),
-        "variables": plan_inputs.user_vars(v),
-    }
 
 
 def venvs_to_remove(stamps, in_use, current):
@@ -71,33 +56,13 @@ def systemd_line(tokens):
     return " ".join(sf.systemd_quote(t) for t in tokens)
 
 
-def variable_pattern(role):
-    """A regular expression matching exactly the names of ROLE's variables in the table (plan/variables.py),
-    for query('ansible.builtin.varnames', ...): the defined ones."""
-    try:
-        return "^(" + "|".join(variables.names(role)) + ")$"
-    except KeyError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-
-
-def variable_problems(values, role):
-    """ROLE's variables ({name: value}) checked against the table: their types, ranges and choices."""
-    try:
-        return variables.variable_problems(role, dict(values or {}))
-    except KeyError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-
-
 class FilterModule:
     def filters(self):
         return {
             "deps_problems": deps_problems,
             "venv_paths": venv_paths,
             "plan_input_pattern": plan_input_pattern,
-            "plan_settings": plan_settings,
             "venvs_to_remove": venvs_to_remove,
             "systemd_line": systemd_line,
             "systemd_env": systemd_env,
-            "variable_pattern": variable_pattern,
-            "variable_problems": variable_problems,
         }

@@ -2,10 +2,11 @@
 the argument specs, gives every numeric variable a range, refuses each end of each range and accepts it, names the
 percent-for-a-fraction and host:port mistakes, and docs/variables.md and the README's variable table show it.
 
-`python3 tests/unit/test_variables.py --write` rewrites docs/variables.md from the table.
+`python3 scripts/gen_variables.py` rewrites docs/variables.md and the roles' argument specs from the table.
 """
 
 import functools
+import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -184,10 +185,48 @@ def test_also_values_an_unset_variable_and_an_unknown_name():
         vt.variable_problems("sglang_bench", {"sglang_router_port": 1})
 
 
-def test_the_variables_page_is_written_from_the_table():
-    assert DOC.read_text() == vt.markdown() + "\n", (
-        "docs/variables.md is stale: python3 tests/unit/test_variables.py --write"
-    )
+def _generator():
+    spec = importlib.util.spec_from_file_location("gen_variables", REPO / "scripts/gen_variables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_argument_specs_and_the_variables_page_are_written_from_the_table():
+    """Each role's meta/argument_specs.yml and docs/variables.md are what scripts/gen_variables.py writes from the
+    table and the roles' defaults: a row, a description, a range or a default changed without the script fails."""
+    files = _generator().render()
+    assert DOC in files and len(files) == len(vt.ROLES) + 1
+    stale = [str(path.relative_to(REPO)) for path, text in files.items() if path.read_text() != text]
+    assert stale == [], f"stale: {stale}; run python3 scripts/gen_variables.py"
+
+
+def test_a_changed_row_makes_its_argument_spec_stale(monkeypatch):
+    """The comparison above sees a change of the table (not only of the files)."""
+    path = REPO / "roles/sglang_monitoring/meta/argument_specs.yml"
+    row = dict(vt.VARIABLES["sglang_monitoring_queue_threshold"], doc=["Another text."])
+    monkeypatch.setitem(vt.VARIABLES, "sglang_monitoring_queue_threshold", row)
+    assert _generator().render()[path] != path.read_text()
+
+
+def test_every_row_has_a_default_in_its_roles_defaults_or_is_required():
+    """The table and roles/*/defaults/main.yml do not drift apart: a row without a default must be required, and
+    (test_every_variable_of_every_role_is_in_the_table_with_its_role) a default without a row fails."""
+    found = defaults()
+    lacking = sorted(n for n, row in vt.VARIABLES.items() if n not in found and not row["required"])
+    assert lacking == [], f"rows without a default in roles/*/defaults/main.yml nor required=True: {lacking}"
+    required_with_default = sorted(n for n, row in vt.VARIABLES.items() if row["required"] and n in found)
+    assert required_with_default == []
+
+
+def test_every_row_is_listed_at_an_entry_point_of_its_roles():
+    listed = {n for role, entries in vt.ENTRY_POINTS.items() for e in entries for n in vt.entry_options(role, e)}
+    assert sorted(set(vt.VARIABLES) - listed) == []
+    for name, row in vt.VARIABLES.items():
+        for where in row["at"]:
+            role, entry = where.split(":")
+            spec = yaml.safe_load((REPO / f"roles/{role}/meta/argument_specs.yml").read_text())
+            assert entry in spec["argument_specs"], (name, where)
 
 
 def _readme_rows():
@@ -205,8 +244,3 @@ def test_the_readme_variable_table_shows_each_range():
         assert names, line
         for name in names:
             assert vt.range_text(name) in cells[2], (name, cells[2])
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
-    DOC.write_text(vt.markdown() + "\n")
-    print(f"wrote {DOC}")

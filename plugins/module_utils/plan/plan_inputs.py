@@ -125,12 +125,6 @@ def profile_file(name, inventory_dir, shipped_dir):
     }
 
 
-def settings_names():
-    """The variables settings(), secrets() and user_vars() read (sglang_deps_venv_paths: this run's venvs)."""
-    read = ("sglang_model_path", "sglang_advertise_address", "sglang_deps_venv_paths")
-    return list(dict.fromkeys([*read, *SETTINGS.values(), *SECRETS, *USER_VARS]))
-
-
 def deps_names():
     """The variables deps_problems() and venv_paths() read."""
     return [*variables.names("sglang_deps"), *LISTS, *DEPS_ALSO]
