@@ -17,6 +17,8 @@ the unit the collection renders: the running process keeps its environment until
 
 import json
 import os
+import re
+import time
 from pathlib import Path
 
 import yaml
@@ -115,6 +117,104 @@ def over_budget(cost, role, redundancy):
             f"a request that started {cost['last_failure_s']} s after the kill failed (budget {limit:.1f} s)"
         )
     return problems
+
+
+# --- what the services recorded after a fault -------------------------------------------------------------------
+# Fail fast (issue 37): a request a fault touches ends, served by another instance or with an error, within this many
+# seconds of being sent; none waits out its client's timeout (the loads below give it longer, FAULT_CLIENT_TIMEOUT).
+# sglang 0.5.23's decode fails the room of a prefill that died or stopped answering after
+# SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL (5 s) x SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE (2)
+# (sglang/srt/disaggregation/common/conn.py `_start_heartbeat_checker_thread`), so about 10 s.
+FAIL_FAST_S = 15.0
+FAULT_CLIENT_TIMEOUT = 30.0
+# Where a router keeps a touched request past FAIL_FAST_S, and why: {(sglang_router_impl, killed role): reason}.
+# sglang-router 0.3.2 sends both halves and waits for both (sgl-model-gateway src/routers/http/pd_router.rs,
+# execute_dual_dispatch_internal: `tokio::join!(prefill_request.send(), decode_request.send())`): when the decode dies,
+# the prefill half of a request whose decode never bootstrapped waits in KVPoll.Bootstrapping until
+# SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (300 s; sglang/srt/disaggregation/common/conn.py
+# CommonKVSender._check_bootstrap_timeout) or the router's --request-timeout-secs (1800 s), so the client's timeout
+# ends it. No production-safe setting bounds it: both bound every request (a bootstrap waits on the decode's KV
+# preallocation under load; a generation may run for minutes). SMG cancels the other half on a transport error
+# (smg-project/smg model_gateway/src/routers/http/pd_router.rs: `tokio::try_join!`, "otherwise the surviving request
+# hangs waiting for a PD bootstrap that will never come", smg #831). Such a hang may only hit the requests in flight
+# at the kill: at most the load's concurrency, all sent before HANG_SENT_BY s after the kill.
+KNOWN_HANGS = {
+    ("sglang_router", "decode"): "sglang-router 0.3.2 waits for the prefill half of a request whose decode died",
+}
+HANG_SENT_BY = 2.0
+
+
+def hang_problems(result, kill_at, concurrency, bound=FAIL_FAST_S):
+    """For a KNOWN_HANGS case: the late requests (late_requests()) that are not explained by it, as messages."""
+    late = late_requests(result, bound)
+    problems = []
+    if len(late) > concurrency:
+        problems.append(f"{len(late)} requests ended later than {bound} s, more than the {concurrency} in flight")
+    strays = [r for r in late if result["t0"] + r[0] > kill_at + HANG_SENT_BY]
+    if strays:
+        problems.append(f"requests sent more than {HANG_SENT_BY} s after the kill hung: {strays[:10]}")
+    return problems
+
+
+# Recovery: the kill until the router routes to every worker again (its /readiness counts every worker healthy and a
+# probe through it succeeds). A worker loads for STARTUP_DELAY s, then the router needs its health checks to pass
+# (at worst the detection window again) plus a margin for a 2-core machine running two test lanes; the router itself
+# is back in seconds (systemd's RestartSec and its own start, with workers it dials again).
+RECOVERY_BOUND = {
+    "decode": STARTUP_DELAY + 35.0,
+    "prefill": STARTUP_DELAY + 35.0,
+    "router": 30.0,
+}
+# A prefill's KV back at idle: its sglang:num_used_tokens 0 (and token_usage 0) within this many seconds after the
+# load ended. sglang refreshes the scheduler gauges every 40 decode steps and every 30 s when idle
+# (scheduler_components/metrics_reporter.py), so a reading may lag by 30 s.
+KV_IDLE_TIMEOUT = 60.0
+PREFILL_KV = re.compile(r"^sglang:(num_used_tokens|token_usage)(?:\{[^}]*\})? (\S+)$", re.M)
+
+
+def prefill_kv(metrics):
+    """{"num_used_tokens": x, "token_usage": y} summed over the series of one /metrics text (one per DP rank)."""
+    found = {}
+    for name, value in PREFILL_KV.findall(metrics):
+        found[name] = found.get(name, 0.0) + float(value)
+    return found
+
+
+def kv_idle(reading):
+    """Is a prefill_kv() reading a prefill at idle: both gauges present and 0?"""
+    return set(reading) == {"num_used_tokens", "token_usage"} and not any(reading.values())
+
+
+def wait_kv_idle(read_metrics, timeout=KV_IDLE_TIMEOUT, interval=1.0, clock=time.monotonic, sleep=time.sleep):
+    """Polls READ_METRICS() (a prefill's /metrics text, or None when it did not answer) until kv_idle(), for at most
+    TIMEOUT s by the clock; returns (idle, seconds waited, the last reading)."""
+    started, reading = clock(), {}
+    while True:
+        text = read_metrics()
+        reading = prefill_kv(text) if text is not None else {}
+        waited = round(clock() - started, 1)
+        if kv_idle(reading) or waited >= timeout:
+            return kv_idle(reading), waited, reading
+        sleep(interval)
+
+
+def late_requests(result, bound=FAIL_FAST_S):
+    """The requests of a load.py result that ended later than BOUND seconds after they were sent:
+    [(start, seconds taken, status)]."""
+    return [(start, round(end - start, 2), status) for start, end, status in result["timeline"] if end - start > bound]
+
+
+def latest_end_s(result):
+    """The longest a request of the load took from its send to its end, in seconds."""
+    return round(max((end - start for start, end, _status in result["timeline"]), default=0.0), 2)
+
+
+def recovery_problems(cost, role):
+    """[] when COST's recovery (summary()) is within RECOVERY_BOUND[role], else what was over."""
+    bound = RECOVERY_BOUND[role]
+    if cost["recovery_s"] is None or cost["recovery_s"] > bound:
+        return [f"the router routed to every worker again {cost['recovery_s']} s after the fault (bound {bound:.0f} s)"]
+    return []
 
 
 # --- a planned restart, judged on the restarted worker's own record ------------------------------------------------

@@ -1,0 +1,62 @@
+"""tests/integration/faults.py: how a fault is judged from what the services and the load recorded."""
+
+import faults
+
+METRICS = """# HELP sglang:num_used_tokens The number of used tokens.
+# TYPE sglang:num_used_tokens gauge
+sglang:num_used_tokens{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0"} 0.0
+# TYPE sglang:token_usage gauge
+sglang:token_usage{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0"} 0.0
+sglang:num_used_tokens_other 5.0
+"""
+
+
+def test_the_kv_reading_sums_the_gauges_and_ignores_other_series():
+    busy = METRICS.replace('pp_rank="0"} 0.0\n# TYPE sglang:token', 'pp_rank="0"} 96.0\n# TYPE sglang:token')
+    assert faults.prefill_kv(METRICS) == {"num_used_tokens": 0.0, "token_usage": 0.0}
+    assert faults.prefill_kv(busy)["num_used_tokens"] == 96.0
+    assert faults.kv_idle(faults.prefill_kv(METRICS))
+    assert not faults.kv_idle(faults.prefill_kv(busy))
+    assert not faults.kv_idle({"num_used_tokens": 0.0}), "a missing gauge is no reading of idle"
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def test_the_kv_wait_ends_at_idle_or_on_the_clock():
+    clock = Clock()
+    texts = iter([None, METRICS.replace("} 0.0", "} 7.0", 1), METRICS])
+    assert faults.wait_kv_idle(lambda: next(texts), timeout=10, clock=clock, sleep=clock.sleep)[:2] == (True, 2.0)
+    clock = Clock()
+    busy = METRICS.replace("} 0.0", "} 7.0", 1)
+    idle, waited, reading = faults.wait_kv_idle(lambda: busy, timeout=5, clock=clock, sleep=clock.sleep)
+    assert (idle, waited, reading["num_used_tokens"]) == (False, 5.0, 7.0)
+
+
+def test_a_request_is_late_when_it_ends_more_than_the_bound_after_it_was_sent():
+    result = {"t0": 100.0, "timeline": [[1.0, 3.0, "200"], [2.0, 32.0, "TimeoutError"], [3.0, 17.9, "500"]]}
+    assert faults.late_requests(result) == [(2.0, 30.0, "TimeoutError")]
+    assert faults.latest_end_s(result) == 30.0
+
+
+def test_a_known_hang_may_only_hit_the_requests_in_flight_at_the_kill():
+    in_flight = {"t0": 100.0, "timeline": [[1.9 + i / 100, 32.0, "TimeoutError"] for i in range(16)]}
+    assert faults.hang_problems(in_flight, kill_at=102.0, concurrency=16) == []
+    later = {"t0": 100.0, "timeline": [*in_flight["timeline"], [10.0, 40.0, "TimeoutError"]]}
+    problems = faults.hang_problems(later, kill_at=102.0, concurrency=16)
+    assert len(problems) == 2 and "more than the 16" in problems[0] and "after the kill hung" in problems[1]
+
+
+def test_recovery_is_bounded_per_role_and_a_missing_one_is_over():
+    assert faults.recovery_problems({"recovery_s": 51.2}, "decode") == []
+    assert faults.recovery_problems({"recovery_s": faults.RECOVERY_BOUND["router"] + 1}, "router")
+    assert faults.recovery_problems({"recovery_s": None}, "prefill")
+    assert ("smg", "decode") not in faults.KNOWN_HANGS
