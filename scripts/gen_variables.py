@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
 """Write what the variable table (plugins/module_utils/plan/variables.py) says into the files that show it.

@@ -153,7 +153,7 @@ VARIABLES = {
         doc="Seconds the rolling restart waits for the router to drop or take back a worker.",
     ),
     "sglang_rolling_drain_timeout": _v(
-         S, "int", (1, 86400), "seconds; sglang_stop_timeout > it (rounded up to 5) + 20",
+        S, "int", (1, 86400), "seconds; sglang_stop_timeout > it (rounded up to 5) + 20",
         at=("sglang_worker:retire", "sglang_worker:rolling"),
         doc=(
             "Seconds the rolling restart waits, once a worker is out of the router, until its /metrics show no "
@@ -431,11 +431,11 @@ VARIABLES = {
         doc="Port of the router's Prometheus listener.",
     ),
     "sglang_router_prefill_policy": _v(
-         R, "choice", choices=["random", "round_robin", "cache_aware", "power_of_two", "manual", "bucket"],
+        R, "choice", choices=["random", "round_robin", "cache_aware", "power_of_two", "manual", "bucket"],
         doc="How the router picks a prefill worker.",
     ),
     "sglang_router_decode_policy": _v(
-         R, "choice", choices=["random", "round_robin", "cache_aware", "power_of_two", "manual"],
+        R, "choice", choices=["random", "round_robin", "cache_aware", "power_of_two", "manual"],
         doc="How the router picks a decode worker.",
     ),
     "sglang_router_circuit_breaker_timeout": _v(
