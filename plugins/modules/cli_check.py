@@ -141,7 +141,7 @@ not_checked:
   returned: always
   type: str
   sample: null
-results:
+verdicts:
   description:
     - Per argv name, C(ok), C(problems) and C(warnings) (as below), C(error) (argparse's own C(error:) text),
       C(flags) (each flag the parser read, under its full name, with the value it parsed), C(source)
@@ -281,6 +281,9 @@ def main():
     result["refused"] = {owner: [result.get("msg", "")] for owner in refused}
     for warning in result.pop("warnings"):
         module.warn(warning)
+    # "results" is Ansible's key for a loop's items: ansible-core 2.19 renames a module's mapping of that name to
+    # ansible_module_results with a warning on every run, so the verdicts go back as "verdicts"
+    result["verdicts"] = result.pop("results")
     if result.pop("failed"):
         module.fail_json(changed=False, **result)
     module.exit_json(changed=False, **result)

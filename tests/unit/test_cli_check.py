@@ -358,12 +358,12 @@ def test_module_passes_warns_and_caches(tmp_path):
     assert "prefill0: --disable-cuda-graph is deprecated" in result["_warnings_text"]
     assert result["flag_warnings"][0]["kind"] == "deprecated"
     assert all(env == {"LC_ALL": "C", "LANG": "C"} for _argv, env in calls)
-    assert os.path.isfile(result["results"]["prefill0"]["cache_file"])
+    assert os.path.isfile(result["verdicts"]["prefill0"]["cache_file"])
 
     run_command, calls = module_runner(deprecated)
     code, result = run_module(args, run_command)
     assert code == 0
-    assert (result["parser_runs"], result["results"]["prefill0"]["source"]) == (0, "cache")
+    assert (result["parser_runs"], result["verdicts"]["prefill0"]["source"]) == (0, "cache")
     assert [argv for argv, _env in calls] == [MODULE_ARGS["version_command"]]
 
 
@@ -395,7 +395,8 @@ def test_module_says_flags_not_checked_where_the_venv_is_not_made_yet(tmp_path):
     code, result = run_module(args, run_command)
     assert code == 0
     assert calls == [], "nothing runs: not the version command, not the parser"
-    assert (result["checked"], result["results"], result["prog"]) == ([], {}, None)
+    assert (result["checked"], result["verdicts"], result["prog"]) == ([], {}, None)
+    assert "results" not in result, "a mapping under Ansible's loop key: ansible-core 2.19 renames it with a warning"
     assert result["not_checked"].startswith(f"{python} does not exist on this host")
     assert f"flags not checked (prefill0): {python} does not exist" in result["_warnings_text"]
     assert result["msg"].startswith("flags not checked (prefill0): ")
@@ -661,8 +662,8 @@ def test_module_with_the_real_router(tmp_path):
     assert code == 1
     assert result["not_checked"] is None
     assert result["version"] == "0.3.2"
-    assert result["results"]["router"]["ok"] is True
-    assert result["results"]["router"]["flags"]["--prefill"] == [["http://a:30000", "8998"]]
+    assert result["verdicts"]["router"]["ok"] is True
+    assert result["verdicts"]["router"]["flags"]["--prefill"] == [["http://a:30000", "8998"]]
     assert result["problems"]["router_bad"][0]["kind"] == "choice"
     assert "router_bad: --prefill-policy: argument --prefill-policy: invalid choice: 'fastest'" in result["msg"]
     assert "router_abbreviated: --prefill-pol: --prefill-pol is an abbreviation of --prefill-policy" in result["msg"]
