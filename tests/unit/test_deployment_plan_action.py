@@ -79,7 +79,7 @@ def test_prefill_and_decode_that_disagree_on_the_kv_handoff_are_named(workers, t
     status, result = deployment_plan(tmp_path, looks)
     assert status == "localhost | SUCCESS", result
     specs = looks["g1"]["plan"]["units"] + looks["g2"]["plan"]["units"]
-    expect = plan.pd_problems(copy.deepcopy(specs), {"compatible": COMPATIBLE, "batch": BATCH,
-                                                      "deployed": plan.deployment(looks)["deployed"]})  # fmt: skip
+    settings = {"compatible": COMPATIBLE, "batch": BATCH, "deployed": plan.deployment(looks)["deployed"]}
+    expect = plan.pd_problems(copy.deepcopy(specs), settings)
     assert expect and result["pd_problems"] == expect
     assert any("999" in message for message in result["pd_problems"]), result["pd_problems"]
