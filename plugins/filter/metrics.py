@@ -4,11 +4,9 @@
 
 disagg.sglang.kv_transfer_report: the KV transfers the workers' /metrics show between two readings.
 disagg.sglang.in_flight_requests: the requests a worker still holds (its drain is done at 0).
-disagg.sglang.stranded_kv_tokens: the KV tokens a worker holds with no request in flight.
 disagg.sglang.drain_said: how a worker out of the router drained, in one phrase (the roles' own plumbing).
 
-Documentation: kv_transfer_report.yml, in_flight_requests.yml, stranded_kv_tokens.yml and drain_said.yml beside this
-file. Logic:
+Documentation: kv_transfer_report.yml, in_flight_requests.yml and drain_said.yml beside this file. Logic:
 plugins/module_utils/monitoring/prom_text.py.
 """
 
@@ -16,7 +14,6 @@ from ansible_collections.disagg.sglang.plugins.module_utils.monitoring.prom_text
     drain_said,
     in_flight,
     kv_transfer_report,
-    stranded_tokens,
 )
 
 
@@ -25,6 +22,5 @@ class FilterModule:
         return {
             "kv_transfer_report": kv_transfer_report,
             "in_flight_requests": in_flight,
-            "stranded_kv_tokens": stranded_tokens,
             "drain_said": drain_said,
         }

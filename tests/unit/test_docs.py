@@ -84,7 +84,7 @@ def test_listing_has_no_undocumented(kind):
 # The filters a user's own playbooks may call; every other filter says in its short description that it is the
 # roles' own plumbing, so `ansible-doc -t filter -l disagg.sglang` tells the two apart.
 USER_FILTERS = {"pd_placement", "scrape_targets", "kv_transfer_report",
-                "in_flight_requests", "stranded_kv_tokens"}  # fmt: skip
+                "in_flight_requests"}  # fmt: skip
 
 
 def test_the_filter_listing_tells_a_users_filters_from_the_roles_plumbing():

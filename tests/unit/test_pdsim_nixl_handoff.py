@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -215,3 +217,162 @@ def test_the_simulators_handoff_moves_each_rooms_kv_through_real_nixl(sims):
     plain = sims.start("decode", "--disaggregation-transfer-backend", "nixl", python=python)
     status, seen = http("GET", plain.url("/sim/nixl"))
     assert seen["on"] is False and "SGLANG_SIM_KV_NIXL=0" in seen["why"] and seen["rooms"] == []
+
+
+# --- a decode that dies: what the real NIXL reports, and the double doing the same -------------------------------
+
+
+class _DeadPeerAgent:
+    """A NIXL agent whose peer died: transfer() or check_xfer_state() raises as nixl 1.5.1's binding does
+    (nixlRemoteDisconnectError: NIXL_ERR_REMOTE_DISCONNECT; tests/fixtures/kv_transport/nixl-peer-death-2026-12-04.md).
+    """
+
+    class nixlRemoteDisconnectError(Exception):  # the binding's name
+        pass
+
+    def __init__(self, fail_at):
+        self.fail_at, self.released, self.removed = fail_at, [], []
+
+    def add_remote_agent(self, meta):
+        return b"sim-decode-9"
+
+    def remove_remote_agent(self, name):
+        self.removed.append(name)
+
+    def deserialize_descs(self, data):
+        return "remote-descs"
+
+    def initialize_xfer(self, op, src, dst, remote, notif):
+        return "handle"
+
+    def transfer(self, handle, notif):
+        if self.fail_at == "post":
+            raise self.nixlRemoteDisconnectError("NIXL_ERR_REMOTE_DISCONNECT")
+        return "PROC"
+
+    def check_xfer_state(self, handle):
+        raise self.nixlRemoteDisconnectError("NIXL_ERR_REMOTE_DISCONNECT")
+
+    def release_xfer_handle(self, handle):
+        self.released.append(handle)
+
+
+class _Src:
+    def write(self, slot, data):
+        pass
+
+    def descs(self, agent, slot, nbytes):
+        return "src-descs"
+
+
+@pytest.mark.parametrize("fail_at", ["post", "in_flight"])
+def test_a_write_to_a_dead_decode_fails_with_nixls_error_and_the_peer_is_loaded_again_next_time(fail_at):
+    pre = nh.PrefillKV("sim-prefill", slot_bytes=1024)
+    fake = _DeadPeerAgent(fail_at)
+    pre.agent._agent, pre.src = fake, _Src()
+    offer = {"agent": "sim-decode-9", "meta": "bWV0YQ==", "descs": "ZA==", "nbytes": 100}
+    with pytest.raises(nh.NixlHandoffError) as failed:
+        pre.write(12, offer, timeout=5)
+    step = "transfer" if fail_at == "post" else "check_xfer_state"
+    want = f"bootstrap_room=12: NIXL WRITE to sim-decode-9 failed in {step}: NIXL_ERR_REMOTE_DISCONNECT"
+    assert str(failed.value) == want
+    assert fake.released == ["handle"]  # the handle is given back
+    assert "sim-decode-9" not in pre.peers  # forgotten: a restarted decode's offer loads its metadata again
+
+
+def test_offered_says_whether_every_room_has_a_nixl_slot():
+    nh.accept_offer(61, {"agent": "a", "meta": "m", "descs": "d", "nbytes": 1})
+    try:
+        assert nh.offered([61]) is True
+        assert nh.offered([61, 62]) is False and nh.offered([]) is False
+    finally:
+        nh.drop_offer(61)
+    assert nh.offered([61]) is False
+
+
+PEER_DEATH = Path(__file__).resolve().parents[1] / "hardware" / "nixl_peer_death.py"
+
+
+def run_peer_death(*args):
+    """The summary line of tests/hardware/nixl_peer_death.py run with ARGS (real NIXL, sglang's agent settings)."""
+    proc = subprocess.run([_nixl_python(), str(PEER_DEATH), "run", *args], capture_output=True, text=True,
+                          timeout=180, check=False)  # fmt: skip
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("NIXL_PEER_DEATH ")), None)
+    assert line and proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    events = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    return json.loads(line.split(" ", 1)[1]), events
+
+
+def test_real_nixl_ends_every_write_in_flight_to_a_killed_decode_within_a_second():
+    """kill -9 of the decode with WRITEs in flight, UCX over TCP (the lane between two hosts): NIXL's default UCX
+    error mode, which sglang keeps, is `peer`, and every handle ends (DONE, or NIXL_ERR_REMOTE_DISCONNECT) at once;
+    a later WRITE to the dead decode raises when posted. Nothing is left running for a room to wait on."""
+    got, events = run_peer_death("--case", "inflight", "--tls", "tcp", "--mib", "32", "--rooms", "4", "--watch", "20")
+    ready = events[0]
+    assert ready["plugin_defaults"]["ucx_error_handling_mode"] == "peer" and ready["params"] == {"num_threads": "8"}
+    assert got["in_flight_at_kill"] >= 1 and got["writes_done_before_kill"] >= 8
+    disconnect = "nixlRemoteDisconnectError: NIXL_ERR_REMOTE_DISCONNECT"
+    after = got["handles_after_kill"]
+    assert all(h["state"] == "DONE" or (h["state"] == "RAISED" and h["err"] == disconnect) for h in after), after
+    assert any(h["err"] == disconnect for h in after), after
+    assert max(h["settled_s_after_kill"] or 0 for h in after) < 1.0, after
+    assert got["late_write"]["state"] == "RAISED" and got["late_write"]["err"] == disconnect
+    assert all(r["released"] for r in got["release"]), got["release"]
+
+
+def test_real_nixl_says_nothing_of_a_decode_killed_before_it_sent_the_rooms_indices():
+    """No WRITE is posted for a room without its indices, so NIXL has nothing to fail: no notification, the
+    peer's metadata kept; only the next WRITE to that decode raises (sglang's room then waits in
+    KVPoll.Bootstrapping, holding no KV, until SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT or its client's abort)."""
+    got, _events = run_peer_death("--case", "noindices", "--tls", "tcp", "--mib", "4", "--rooms", "1", "--watch", "3")
+    assert got["notifications_after_kill"] == {} and got["remote_metadata_lost_s_after_kill"] is None
+    assert got["remote_metadata_at_end"] is True
+    assert got["late_write"] == {"state": "RAISED", "err": "nixlRemoteDisconnectError: NIXL_ERR_REMOTE_DISCONNECT",
+                                 "seconds": got["late_write"]["seconds"]}  # fmt: skip
+    assert got["late_write"]["seconds"] < 1.0
+
+
+def test_the_simulators_prefill_fails_a_room_whose_decode_died_after_its_nixl_offer(sims):
+    """Both simulators on real NIXL: the decode offers its slot, is killed -9 while the prefill computes; the
+    prefill's WRITE raises NIXL_ERR_REMOTE_DISCONNECT, the room fails with HTTP 500 and its KV is freed."""
+    python = _nixl_python()
+    env = {"SGLANG_SIM_KV_NIXL": "1", "SGLANG_SIM_KV_NIXL_MAX_MIB": "1", "SGLANG_SIM_PREFILL_LATENCY": "3",
+           "SGLANG_SIM_HANDOFF_TIMEOUT": "30", "UCX_TLS": "tcp"}  # fmt: skip
+    args = ("--disaggregation-transfer-backend", "nixl", "--enable-metrics")
+    prefill = sims.start("prefill", *args, env=env, python=python)
+    decode = sims.start("decode", *args, env=env, python=python)
+    body = {"text": "a prompt of a few words " * 20, "sampling_params": {"max_new_tokens": 2},
+            "bootstrap_host": "127.0.0.1", "bootstrap_port": prefill.bootstrap, "bootstrap_room": 601}  # fmt: skip
+    done = {}
+    thread = threading.Thread(target=lambda: done.update(p=http("POST", prefill.url("/generate"), body, timeout=60)))
+    thread.start()
+
+    def on_decode():
+        try:
+            http("POST", decode.url("/generate"), body, timeout=10)
+        except OSError:  # killed below: no answer
+            pass
+
+    threading.Thread(target=on_decode, daemon=True).start()
+    deadline = time.monotonic() + 5
+    while 601 not in http("GET", prefill.url("/sim/nixl"))[1].get("offered", []):  # the decode's offer is in
+        assert time.monotonic() < deadline, http("GET", prefill.url("/sim/nixl"))
+        time.sleep(0.05)
+    t_kill = time.monotonic()
+    decode.popen.kill()
+    decode.popen.wait(5)
+    thread.join(30)
+    status, err = done["p"]
+    # the prefill meets the decode's agent at its first WRITE (sglang loads it at the decode's registration):
+    # add_remote_agent of a dead agent raises NIXL_ERR_BACKEND; a known one fails the WRITE (the fixture)
+    assert status == 500 and re.fullmatch(
+        r"KVTransferError\(bootstrap_room=601\): bootstrap_room=601: NIXL WRITE to sim-decode-\d+ failed in "
+        r"(add_remote_agent: NIXL_ERR_BACKEND|(transfer|check_xfer_state): NIXL_ERR_REMOTE_DISCONNECT)",
+        err["error"]["message"],
+    ), err
+    assert time.monotonic() - t_kill < 6  # the prefill's latency (3 s) and the write's error, no wait
+    metrics = http("GET", prefill.url("/metrics"))[1]
+    for name in ("sglang:num_used_tokens", "sglang:num_prefill_inflight_queue_reqs"):
+        line = next(x for x in metrics.splitlines() if x.startswith((name + "{", name + " ")))
+        assert float(line.rsplit(" ", 1)[1]) == 0.0, line
+    assert http("GET", prefill.url("/sim/nixl"))[1]["offered"] == []

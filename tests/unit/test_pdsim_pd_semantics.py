@@ -6,11 +6,12 @@
   _handle_batch_request), so the samples never get KV and time out with HTTP 500;
 - the prefill waits for its decode to connect for the room (prefill.py pop_bootstrapped) up to
   SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, holding no KV meanwhile;
-- a decode that connected and then vanished before the transfer: mooncake fails and frees the room's KV,
-  NIXL keeps it in the pool while its client waits (nixl/conn.py check_status, _await_handles);
+- a decode that connected and then vanished before the transfer: the room fails and its KV is freed, on mooncake
+  (its session is not alive) as on NIXL (the WRITE raises NIXL_ERR_REMOTE_DISCONNECT: nixl/conn.py _post_xfer,
+  observed with the real NIXL in tests/fixtures/kv_transport/nixl-peer-death-2026-12-04.md);
 - a request whose HTTP client hung up is aborted at the tokenizer's next check (tokenizer_manager.py
-  _stream_one_response, every SGLANG_REQUEST_STATE_WAIT_TIMEOUT = 4 s): out of the bootstrap queue, a stranded
-  NIXL room failed and its KV freed, and a SIGTERM drain no longer waits for it.
+  _stream_one_response, every SGLANG_REQUEST_STATE_WAIT_TIMEOUT = 4 s): out of the bootstrap queue, and a SIGTERM
+  drain no longer waits for it.
 Every wait is bounded (a few seconds each).
 """
 
@@ -25,7 +26,6 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible_collections.disagg.sglang.plugins.module_utils.monitoring import prom_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"))
 
@@ -191,23 +191,19 @@ def test_mooncake_frees_kv_of_a_decode_gone_before_transfer(sims):
     assert gauge(prefill, "sglang:num_transfer_failed_reqs_total") == 1.0
 
 
-def test_nixl_strands_kv_of_a_decode_gone_before_transfer(sims):
+def test_nixl_fails_and_frees_kv_of_a_decode_gone_before_transfer(sims):
+    # the WRITE towards a dead decode raises NIXL_ERR_REMOTE_DISCONNECT (real nixl 1.5.1 / UCX:
+    # tests/fixtures/kv_transport/nixl-peer-death-2026-12-04.md), so the room fails as mooncake's does
     prefill, on_prefill = connect_then_kill_decode(sims, "nixl", 78)
-    deadline = time.monotonic() + 6
-    while room_entry(prefill, 78).get("state") != "stranded":
-        assert time.monotonic() < deadline, "the prefill never reached the transfer"
-        time.sleep(0.05)
-    time.sleep(0.5)
-    assert gauge(prefill, "sglang:token_usage") > 0.0  # the room's KV stays in the pool ...
-    # ... in the in-flight (transfer) queue, as sglang's prefill.py keeps it, with nothing running: what the
-    # collection's stranded-KV check (roles/sglang/tasks/stranded.yml) reads, in two readings apart
-    assert gauge(prefill, "sglang:num_prefill_inflight_queue_reqs") == 1.0
-    assert gauge(prefill, "sglang:num_running_reqs") == 0.0
-    first = prefill.metrics_text()
-    on_prefill["thread"].join(6)
-    assert on_prefill["thread"].is_alive() and "answer" not in on_prefill  # ... no answer while its client waits
-    assert gauge(prefill, "sglang:token_usage") > 0.0  # still held: only a restart, or an abort, frees it
-    assert prom_text.stranded_tokens(first, prefill.metrics_text()) == gauge(prefill, "sglang:num_used_tokens") > 0
+    on_prefill["thread"].join(10)
+    status, err = on_prefill["answer"]
+    assert status == 500, err
+    assert err["error"]["message"] == (
+        "KVTransferError(bootstrap_room=78): KVSender failed to post transfer: NIXL_ERR_REMOTE_DISCONNECT"
+    )
+    assert gauge(prefill, "sglang:token_usage") == 0.0 and gauge(prefill, "sglang:num_used_tokens") == 0.0
+    assert gauge(prefill, "sglang:num_prefill_inflight_queue_reqs") == 0.0
+    assert gauge(prefill, "sglang:num_transfer_failed_reqs_total") == 1.0
 
 
 # --- 5. a client that hung up: its request is aborted at the tokenizer's next check ---------------------------
@@ -250,21 +246,14 @@ def test_a_request_whose_client_hung_up_leaves_the_bootstrap_queue_and_the_drain
     assert [(r["completed"], r["end"] is not None) for r in record["requests"]] == [(False, True)] * 2, record
 
 
-def test_a_stranded_nixl_room_whose_client_hung_up_fails_and_frees_its_kv(sims):
+def test_a_nixl_room_whose_decode_died_frees_its_kv_with_its_client_gone(sims):
     prefill, connection = connect_then_kill_decode(sims, "nixl", 79, own_connection=True)
-    deadline = time.monotonic() + 6
-    while room_entry(prefill, 79).get("state") != "stranded":
-        assert time.monotonic() < deadline, "the prefill never reached the transfer"
-        time.sleep(0.05)
-    assert gauge(prefill, "sglang:num_prefill_inflight_queue_reqs") == 1.0
-    assert gauge(prefill, "sglang:num_used_tokens") > 0
-    connection.close()
-    # the abort fails the sender (common/conn.py CommonKVSender.abort: KVPoll.Failed), and prefill.py's in-flight
-    # queue releases the request's KV (handle_inflight_transfer_failure)
-    wait_gauge(prefill, "sglang:num_prefill_inflight_queue_reqs", 0.0, 6)
-    assert gauge(prefill, "sglang:num_used_tokens") == 0.0 and gauge(prefill, "sglang:token_usage") == 0.0
-    assert room_entry(prefill, 79)["state"] == "failed"
-    assert gauge(prefill, "sglang:num_aborted_requests_total") == 1.0
+    connection.close()  # the client goes too: its WRITE fails, or the tokenizer's check aborts it, whichever first
+    assert gauge(prefill, "sglang:num_used_tokens") > 0  # the room's KV, being computed
+    wait_gauge(prefill, "sglang:num_used_tokens", 0.0, 8)
+    assert gauge(prefill, "sglang:num_prefill_inflight_queue_reqs") == 0.0 and gauge(prefill, "sglang:token_usage") == 0
+    failed = gauge(prefill, "sglang:num_transfer_failed_reqs_total")
+    assert failed + gauge(prefill, "sglang:num_aborted_requests_total") == 1.0
 
 
 # --- load reports (sglang/srt/entrypoints/v1_loads.py; what SMG's load poll reads) --------------------------------

@@ -1,5 +1,5 @@
 """The collection's Prometheus text parser, and what it reads: the KV transfer line after the canary (sglang 0.5.23's
-series read back from two /metrics pages), the requests in flight, the stranded KV tokens."""
+series read back from two /metrics pages), the requests in flight."""
 
 import math
 
@@ -54,7 +54,7 @@ def test_samples_skip_comments_and_keep_labels():
     assert name == "sglang:kv_transfer_speed_gb_s_bucket" and labels["le"] == "+Inf" and value == 1.0
 
 
-# The one parser of the collection: the KV transfer line, the drain and stranded-KV checks and the bench report
+# The one parser of the collection: the KV transfer line, the drain check and the bench report
 # (roles/sglang_bench/files/bench_report.py, which leaves out the samples that are not finite) all read it.
 @pytest.mark.parametrize(
     ("line", "want"),
@@ -111,41 +111,3 @@ def test_in_flight_counts_what_a_worker_still_holds(text, want):
 )
 def test_drain_said_names_how_an_instance_drained(left, where, want):
     assert prom_text.drain_said(left, 30, where) == want
-
-
-IDLE = f"sglang:num_running_reqs{{{LABELS}}} 0\nsglang:num_queue_reqs{{{LABELS}}} 0"
-
-
-def held(tokens, transfers=5, **busy):
-    lines = [
-        IDLE,
-        f"sglang:num_used_tokens{{{LABELS}}} {tokens}",
-        f"sglang:kv_transfer_latency_ms_count{{{LABELS}}} {transfers}",
-    ]
-    lines += [f"sglang:{name}{{{LABELS}}} {value}" for name, value in busy.items()]
-    return "\n".join(lines)
-
-
-@pytest.mark.parametrize(
-    ("before", "after", "want"),
-    [
-        (held(0), held(0), 0),  # idle
-        (held(768), held(768), 768),  # stranded: held, nothing busy, no transfer in between
-        # a room sitting in the in-flight (transfer) queue is what a stranded room looks like
-        (held(768, num_prefill_inflight_queue_reqs=1), held(768, num_prefill_inflight_queue_reqs=1), 768),
-        (held(768), held(768, transfers=6), 0),  # a transfer completed in between: KV is moving
-        (held(768, num_running_reqs=1), held(768), 0),  # busy at the first reading
-        (held(768), held(768, num_prefill_bootstrap_queue_reqs=2), 0),  # waiting for decodes to connect
-        (held(0), held(768), 0),  # just arrived
-        (f"sglang:num_used_tokens{{{LABELS}}} 768", f"sglang:num_used_tokens{{{LABELS}}} 768", 0),  # cannot tell
-        ("", "", 0),
-    ],
-)
-def test_stranded_tokens_need_two_idle_readings_with_no_transfer(before, after, want):
-    assert prom_text.stranded_tokens(before, after) == want
-
-
-def test_stranded_tokens_take_a_pair_or_screen_one_reading():
-    assert prom_text.stranded_tokens([held(512), held(512)]) == 512  # as Jinja's zip hands a pair over
-    assert prom_text.stranded_tokens(held(512)) == 512  # one reading: a candidate
-    assert prom_text.stranded_tokens(held(512, num_running_reqs=2)) == 0

@@ -214,37 +214,6 @@ def test_a_restart_since_the_whole_wait_began_counts_in_a_later_call():
     assert (result["healthy"], result["unit_failed"]) == (False, False)
 
 
-@pytest.mark.parametrize(
-    ("answers", "metrics_answer", "want"),
-    [
-        ([OK], (200, "sglang:token_usage 0.5\n", None), "sglang:token_usage 0.5\n"),  # healthy: its page comes back
-        ([OK], (None, "", "no answer"), ""),  # healthy, the page did not answer: empty, not missing
-        ([LOADING], (200, "never read", None), None),  # not healthy: not read at all
-    ],
-)
-def test_a_prefill_s_metrics_are_read_once_it_is_healthy(answers, metrics_answer, want):
-    """The stranded-KV step reads what the health wait read (rolling.health_services gives a prefill a metrics_url):
-    one /metrics page per healthy prefill, after its health answer; none for a decode or an unhealthy one."""
-    from ansible_collections.disagg.sglang.plugins.module_utils.units import rolling  # noqa: PLC0415
-
-    prefill = {"unit": "sglang-prefill0", "role": "prefill", "health_url": URL}
-    decode = {"unit": "sglang-decode0", "role": "decode", "health_url": URL}
-    services = rolling.health_services([prefill, decode], {})
-    assert [s.get("metrics_url") for s in services] == ["http://127.0.0.1:30001/metrics", None]
-    read = []
-
-    def fetch_metrics(url):
-        read.append(url)
-        return metrics_answer
-
-    host = FakeHost([RUNNING], answers)
-    results = sh.wait_all(host.run, services, 0, journal=lambda unit: "", sleep=host.sleep, clock=host.clock,
-                          fetch=host.fetch, fetch_metrics=fetch_metrics)  # fmt: skip
-    assert results[0].get("content") == want
-    assert "content" not in results[1]
-    assert read == (["http://127.0.0.1:30001/metrics"] if results[0]["healthy"] else [])
-
-
 # --- every wait ends on the clock; loading, warming and stalled told apart ---------------------------------------
 
 

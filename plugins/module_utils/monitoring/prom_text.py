@@ -99,39 +99,3 @@ def drain_said(left, timeout, where=""):
         f"still {left} request(s) in flight after {timeout} s: sglang drains them on SIGTERM, up to the unit stop "
         "timeout"
     )
-
-
-# What a prefill is busy with when its KV is in use for a good reason: computing, waiting, or bootstrapping a decode.
-# A request in its in-flight (transfer) queue is not in this list: a stranded room sits there for good.
-BUSY_SERIES = (
-    "sglang:num_running_reqs",
-    "sglang:num_queue_reqs",
-    "sglang:num_prefill_bootstrap_queue_reqs",
-)
-TRANSFERS = "sglang:kv_transfer_latency_ms_count"
-
-
-def stranded_tokens(before, after=None):
-    """KV tokens a prefill holds for rooms that will never be sent, from two readings of its /metrics some seconds
-    apart: in both, tokens are used (sglang:num_used_tokens) while nothing runs, waits or bootstraps, and no KV
-    transfer completed in between. Else 0.
-
-    Idle, a worker's used tokens are 0: its prefix cache is evictable and not counted
-    (sglang/srt/managers/scheduler_components/pool_stats_observer.py: used = capacity - (available + evictable)).
-    On NIXL a room whose decode died before its transfer started is never concluded (sglang/srt/disaggregation/nixl/
-    conn.py check_status stays WaitingForInput; prefill.py keeps it in the in-flight queue without a timeout), so its
-    tokens stay used until the prefill restarts. With one reading (AFTER None) it only screens: the same test on
-    that reading alone."""
-    if isinstance(before, (list, tuple)):  # a [before, after] pair (as Jinja's zip hands it over)
-        before, after = before
-    after = before if after is None else after  # one reading: a first screening of candidates
-    readings = [before or "", after or ""]
-    for text in readings:
-        names = {name for name, _labels, _value in samples(text)}
-        if not names & set(BUSY_SERIES) or sum(total(text, n) for n in BUSY_SERIES) != 0:
-            return 0
-        if total(text, "sglang:num_used_tokens") <= 0:
-            return 0
-    if total(after, TRANSFERS) != total(before, TRANSFERS):
-        return 0
-    return round(total(after, "sglang:num_used_tokens"))

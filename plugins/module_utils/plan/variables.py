@@ -141,7 +141,7 @@ VARIABLES = {
     ),
     "sglang_rolling_batch": _v(
         S, "int", (0, 64), "instances restarted at once; 0: all at once, no rolling",
-        at=("sglang:stranded", "sglang_worker:rolling"),
+        at=("sglang_worker:rolling",),
         doc=(
             "Changed instances of a role with more than one instance restart this many at a time, each taken out of "
             "the router, drained, restarted, healthy and put back (rolling.yml); 0 restarts them all at once."
@@ -880,10 +880,6 @@ VARIABLES = {
     "sglang_monitoring_kv_failure_window": _v(
         M, "duration",
         doc="Window of the KV transfer and bootstrap failure counters (SGLangKVTransferFailures).",
-    ),
-    "sglang_monitoring_kv_stranded_for": _v(
-        M, "duration",
-        doc="How long a prefill holds KV tokens with no request in flight before SGLangPrefillKVStranded fires.",
     ),
 }  # fmt: skip
 # The entry points of each role where a user's variables are documented (a row's docs_in names the roles); the other

@@ -16,8 +16,6 @@ into the router; the remaining batches are left alone and the run fails.
 
 import re
 
-from ansible_collections.disagg.sglang.plugins.module_utils.units import service_health
-
 ROLE_ORDER = {"prefill": 0, "decode": 1}
 
 
@@ -144,15 +142,12 @@ def env_file_value(text):
 def health_services(specs, restarts):
     """What service_health waits for, from the unit specs the run started: [{unit, url, expect, restarts, item}]. The
     router's readiness must count its expected workers healthy; restarts: {unit.service: NRestarts after the units
-    step} (unit_actions), so a crash during the wait counts; a unit without one is read when the wait begins. A
-    prefill's /metrics is read once it is healthy (metrics_url), for the stranded-KV step that follows."""
+    step} (unit_actions), so a crash during the wait counts; a unit without one is read when the wait begins."""
     services = []
     for spec in specs:
         unit = f"{spec['unit']}.service"
         expect = {"healthy_workers": spec["expected_workers"]} if "expected_workers" in spec else {}
         service = {"unit": unit, "url": spec["health_url"], "expect": expect, "restarts": (restarts or {}).get(unit),
                    "item": spec}  # fmt: skip
-        if spec.get("role") == "prefill":
-            service["metrics_url"] = service_health.metrics_url(spec["health_url"])
         services.append(service)
     return services

@@ -84,11 +84,6 @@ def fetch(url, timeout=HTTP_TIMEOUT, *, data=None, headers=None, limit=READ_LIMI
         return None, "", f"no answer: {getattr(exc, 'reason', exc)}"
 
 
-def fetch_metrics(url):
-    """One GET of a whole /metrics page (up to METRICS_LIMIT bytes): (status, body, error)."""
-    return fetch(url, limit=METRICS_LIMIT)
-
-
 def judge(status, body, error, expect):
     """(healthy, reason) of one answer. expect maps JSON keys to the smallest value each must reach."""
     if status is None:
@@ -190,15 +185,14 @@ def metrics_url(health_url):
 
 
 def wait_all(run, services, wait, *, journal, sleep=time.sleep, clock=time.time, fetch=fetch,
-             poll=POLL_INTERVAL, fetch_metrics=fetch_metrics, deadline=None, stall_timeout=None):  # fmt: skip
+             poll=POLL_INTERVAL, deadline=None, stall_timeout=None):  # fmt: skip
     """wait_healthy for every service at once (one thread each, so a host's units are polled together and the wait
-    is the slowest one's, not their sum). services: [{unit, url, expect, restarts, deadline, metrics_url}, ...]
+    is the slowest one's, not their sum). services: [{unit, url, expect, restarts, deadline}, ...]
     (restarts: NRestarts when the whole wait began, see wait_healthy; deadline: the service's own, else DEADLINE, in
     clock's time: the modules use the epoch, time.time, so that a deadline fixed by the controller or by an earlier
     call holds in this one); journal(unit) -> the tail of its journal, read for each service that is not healthy.
     Returns one result per service, in order, each with the service's own `item` (whatever the caller passed there)
-    and its journal; a healthy service with a metrics_url also with `content`, its /metrics page read once healthy
-    ("" when it did not answer 200; the stranded-KV step reads it)."""
+    and its journal."""
 
     def one(service):
         result = wait_healthy(run, service["unit"], service["url"], service.get("expect") or {}, wait,
@@ -206,9 +200,6 @@ def wait_all(run, services, wait, *, journal, sleep=time.sleep, clock=time.time,
                               poll=poll, deadline=service.get("deadline") or deadline,
                               stall_timeout=stall_timeout)  # fmt: skip
         result["journal"] = "" if result["healthy"] else journal(service["unit"])
-        if result["healthy"] and service.get("metrics_url"):
-            status, body, _error = fetch_metrics(service["metrics_url"])
-            result["content"] = body if status == 200 else ""
         result["item"] = service.get("item", service)
         return result
 

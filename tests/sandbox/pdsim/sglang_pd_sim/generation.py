@@ -79,10 +79,6 @@ def stream_pieces(toks: list, text: str) -> list[str]:
     return pieces
 
 
-class StrandedKV(Exception):
-    """NIXL: the room's KV is never reclaimed; the request never gets an answer."""
-
-
 class GenerationMixin(HandoffMixin):
     # --- generation ---
     def error(self, kind: str, status: int, message: str) -> None:
@@ -190,8 +186,6 @@ class GenerationMixin(HandoffMixin):
                     self.handoff_failed(kind, exc, input_tokens, t0, stream)
                     return
             self.respond(kind, req, prompts, batch, max_tokens=max_tokens, stream=stream, t0=t0, held=held)
-        except StrandedKV:
-            self.close_connection = True  # never answered: the process is stopping
         except ClientGone:
             if not self._finished:  # sglang aborts a request whose client went away, and counts it
                 st.metrics.aborted()
@@ -293,10 +287,10 @@ class GenerationMixin(HandoffMixin):
                     nixl_handoff.drop_offer(room)
                 st.metrics.handoff_failed("transfer")
                 return
-            if not self.decode_alive(rooms):
-                for room in rooms:
-                    nixl_handoff.drop_offer(room)
-                self.dead_decode(rooms, input_tokens)  # raises, or (nixl) strands the KV until restart
+            if not self.decode_alive(rooms) and not nixl_handoff.offered(rooms):
+                self.dead_decode(rooms, input_tokens)  # raises: the room fails and its KV is freed below
+            # with the NIXL handoff on, a decode that died after its offer is found by the real WRITE, as in
+            # sglang: NIXL raises NIXL_ERR_REMOTE_DISCONNECT (nixl_handoff.PrefillKV.write), the room fails
             nbytes, seconds = kv_transfer(st.knobs, input_tokens)
             with st.engine.transfer():
                 # with the NIXL handoff on, the room's bytes really go into the decode's offered slot
@@ -311,8 +305,6 @@ class GenerationMixin(HandoffMixin):
             st.metrics.kv_transfer(nbytes, seconds)
             for room in rooms:
                 st.kv_done(room)
-        except StrandedKV:
-            raise
         except BaseException:
             st.engine.release(input_tokens)
             raise
@@ -320,42 +312,27 @@ class GenerationMixin(HandoffMixin):
             st.engine.release(input_tokens)  # the prefill's KV leaves its pool once sent
 
     def dead_decode(self, rooms: list[int], input_tokens: int) -> None:
-        """The decode connected for the room, then went away before the transfer started.
+        """The decode sent its KV indices for the room (the prefill computed its KV), then died before the transfer.
 
-        mooncake (and the other backends): the transfer to the dead session fails, the room is concluded
-        Failed and its KV freed (sglang/srt/disaggregation/mooncake/conn.py transfer_worker: "Decode instance
-        could be dead, remote mooncake session ... is not alive"; prefill.py handle_inflight_transfer_failure
-        releases the KV): HTTP 500.
-        nixl: nothing concludes the room. NixlKVManager.check_status (sglang/srt/disaggregation/nixl/conn.py)
-        answers KVPoll.WaitingForInput for a room without news, `_await_handles` waits without bound while no
-        handle reports an error, and prefill.py process_disagg_prefill_inflight_queue keeps a WaitingForInput /
-        Transferring request (and its KV) with no timeout: the room's tokens stay in the pool (sglang:token_usage,
-        num_used_tokens) and the request stays in flight until the prefill restarts.
+        Every backend fails the room at once, the prefill frees its KV (prefill.py
+        process_disagg_prefill_inflight_queue -> handle_inflight_transfer_failure) and the request gets HTTP 500:
+        mooncake: the transfer to the dead session fails (sglang/srt/disaggregation/mooncake/conn.py
+        transfer_worker: "Decode instance could be dead, remote mooncake session ... is not alive").
+        nixl: the WRITE towards the dead decode raises nixlRemoteDisconnectError (NIXL_ERR_REMOTE_DISCONNECT) when
+        it is posted, and a WRITE already in flight reports it from check_xfer_state within about 0.1 s: observed
+        with the real nixl 1.5.1 / UCX, sglang's agent settings (UCX error mode `peer`, NIXL's default, which
+        sglang keeps), host memory, UCX over TCP and over shared memory
+        (tests/hardware/nixl_peer_death.py, tests/fixtures/kv_transport/nixl-peer-death-2026-12-04.md).
+        sglang/srt/disaggregation/nixl/conn.py _post_xfer raises _NixlPostError("KVSender failed to post
+        transfer: ...") and transfer_worker concludes the room Failed (conclude_failure, or update_status Failed
+        when a handle's state cannot be read): no room is left waiting ("stranded") for a dead decode.
         """
-        st = self.state
         room = rooms[0]
-        if st.args.disaggregation_transfer_backend == "nixl":
-            with st.lock:
-                for r in rooms:
-                    if r in st.kv:
-                        st.kv[r]["state"] = "stranded"
-            log.warning("bootstrap_room=%s: decode gone before the NIXL transfer; KV held until restart", room)
-            self._note = "kv-stranded"
-            # prefill.py keeps the request in its in-flight (transfer) queue: sglang:num_prefill_inflight_queue_reqs
-            # counts it for good, as it does in sglang
-            # never concluded: only a restart (the process ending) frees it, or an abort (its client gone: the
-            # scheduler's abort_request aborts the sender, KVPoll.Failed, and hand_off frees the KV)
-            try:
-                with st.engine.transfer():
-                    while not st.stop.wait(0.5):
-                        self.abort_if_client_gone()
-            except ClientGone:
-                with st.lock:
-                    for r in rooms:
-                        if r in st.kv:
-                            st.kv[r]["state"] = "failed"
-                raise
-            raise StrandedKV(room)
+        if self.state.args.disaggregation_transfer_backend == "nixl":
+            raise HandoffError(
+                f"KVTransferError(bootstrap_room={room}): KVSender failed to post transfer: NIXL_ERR_REMOTE_DISCONNECT",
+                "transfer",
+            )
         raise HandoffError(
             f"KVTransferError(bootstrap_room={room}): Failed to send kv chunk of {room}: Decode instance could be "
             "dead, remote session is not alive",

@@ -302,7 +302,7 @@ class BaseHandler(BaseHTTPRequestHandler):
             on, why = nixl_handoff.status(self.state.args.disaggregation_transfer_backend)
             with self.state.lock:
                 rooms = list(self.state.nixl_rooms)
-            self.send_json(200, {"on": on, "why": why, "rooms": rooms})
+            self.send_json(200, {"on": on, "why": why, "rooms": rooms, "offered": nixl_handoff.offered_rooms()})
             return True
         if path == "/sim/kv" and self.command == "GET":
             with self.state.lock:

@@ -17,7 +17,8 @@ The glue (what the simulator's handoff calls; each a no-op answering None where 
   decode:  offer = decode_offer(backend, room, input_tokens, per_token); send_offer(opener, netloc, room, offer)
            ... the prefill says "transferred" ... decode_verify(backend, room) (release(backend, room) on failure)
   prefill: the POST /sim/kv/<room>/nixl route calls accept_offer(room, body);
-           hand_off calls prefill_write(backend, rooms) -> {bytes, seconds, rooms} or None
+           hand_off calls prefill_write(backend, rooms) -> {bytes, seconds, rooms} or None; a WRITE towards
+           a decode that died raises NixlHandoffError (NIXL_ERR_REMOTE_DISCONNECT), and the room fails
 
   available(backend, env)      (bool, why): nixl backend asked, not turned off, nixl._api imports
   kv_nbytes(tokens, per_token, cap)   bytes written for a room (SGLANG_SIM_KV_NIXL_MAX_MIB caps it, 64)
@@ -261,29 +262,57 @@ class PrefillKV:
         return self.peers[name][0]
 
     def write(self, room, offer, timeout=30.0):
-        """{bytes, seconds, gbps} of one NIXL WRITE of the room's pattern into the offer, with its notification."""
+        """{bytes, seconds, gbps} of one NIXL WRITE of the room's pattern into the offer, with its notification.
+
+        A decode that died fails the write, it never hangs: NIXL raises nixlRemoteDisconnectError
+        (NIXL_ERR_REMOTE_DISCONNECT) from transfer() when the WRITE is posted after the death, from
+        check_xfer_state() within about 0.1 s for a WRITE in flight at the kill, and nixlBackendError
+        (NIXL_ERR_BACKEND) from add_remote_agent when the prefill first meets the dead decode's agent
+        (nixl 1.5.1, UCX error mode `peer`
+        as sglang keeps it; UCX over TCP and shared memory: tests/hardware/nixl_peer_death.py,
+        tests/fixtures/kv_transport/nixl-peer-death-2026-12-04.md). sglang/srt/disaggregation/nixl/conn.py
+        _post_xfer / _await_handles turn that into a Failed room (transfer_worker), and reload the peer's
+        metadata afterwards (_reload_invalidated_peers): here the peer is forgotten, so its next offer loads it.
+        """
         nbytes = int(offer["nbytes"])
         if nbytes > self.slot_bytes:
             raise NixlHandoffError(f"bootstrap_room={room}: offer of {nbytes} bytes > {self.slot_bytes} ({MAX_MIB})")
         with self.agent.lock:
             self.prepare()
             agent = self.agent.get()
-            remote = self._remote(agent, offer)
-            remote_descs = agent.deserialize_descs(_unb64(offer["descs"]))
-            self.src.write(0, pattern(room, nbytes))
-            handle = agent.initialize_xfer("WRITE", self.src.descs(agent, 0, nbytes), remote_descs, remote, notif(room))
+            step, handle, remote = "add_remote_agent", None, offer["agent"]
             t0 = time.perf_counter()
             try:
+                remote = self._remote(agent, offer)
+                step = "initialize_xfer"
+                remote_descs = agent.deserialize_descs(_unb64(offer["descs"]))
+                self.src.write(0, pattern(room, nbytes))
+                src = self.src.descs(agent, 0, nbytes)
+                handle = agent.initialize_xfer("WRITE", src, remote_descs, remote, notif(room))
+                step = "transfer"
+                t0 = time.perf_counter()
                 state = agent.transfer(handle, notif(room))
+                step = "check_xfer_state"
                 deadline = time.monotonic() + timeout
                 while state == "PROC":
                     if time.monotonic() > deadline:
                         raise NixlHandoffError(f"bootstrap_room={room}: NIXL WRITE still running after {timeout} s")
                     state = agent.check_xfer_state(handle)
                 seconds = time.perf_counter() - t0
+            except NixlHandoffError:
+                raise
+            except Exception as exc:  # nixlRemoteDisconnectError, nixlBackendError: the binding raises them
+                self.peers.pop(offer["agent"], None)
+                why = f"bootstrap_room={room}: NIXL WRITE to {remote} failed in {step}: {exc}"
+                raise NixlHandoffError(why) from exc
             finally:
-                agent.release_xfer_handle(handle)
+                if handle is not None:
+                    try:
+                        agent.release_xfer_handle(handle)
+                    except Exception:  # a handle NIXL cannot cancel: its write already failed or ended
+                        pass
         if state != "DONE":
+            self.peers.pop(offer["agent"], None)
             raise NixlHandoffError(f"bootstrap_room={room}: NIXL WRITE to {remote} ended in state {state}")
         return {"bytes": nbytes, "seconds": seconds, "gbps": nbytes / seconds / 1e9 if seconds > 0 else None}
 
@@ -367,6 +396,19 @@ def accept_offer(room, offer):
         raise ValueError("a NIXL offer needs agent, meta, descs and nbytes")
     with _GLUE_LOCK:
         _OFFERS[int(room)] = offer
+
+
+def offered(rooms):
+    """Prefill: has a decode offered a NIXL slot for every one of the rooms (its WRITE then tells whether the
+    decode is still there)?"""
+    with _GLUE_LOCK:
+        return bool(rooms) and all(int(r) in _OFFERS for r in rooms)
+
+
+def offered_rooms():
+    """Prefill: the rooms whose decode offered a slot that is not written yet (GET /sim/nixl shows them)."""
+    with _GLUE_LOCK:
+        return sorted(_OFFERS)
 
 
 def prefill_write(backend, rooms, timeout=30.0):
