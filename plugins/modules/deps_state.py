@@ -83,10 +83,21 @@ os_missing:
   elements: str
   returned: always
 stamps:
-  description: The stamp file of each venv under venvs_dir, C({path, mtime}) (the filter venvs_to_remove reads them).
+  description: The stamp file of each venv under venvs_dir, C({path, mtime}).
   type: list
   elements: dict
   returned: always
+to_remove:
+  description:
+    - The venvs under venvs_dir the host no longer needs, oldest first (C(plugins/module_utils/deps/venvs.py)
+      C(to_remove)); kept are those a deployed unit runs (RV(in_use)), the planned ones (O(venvs), this run's) and
+      the newest other one of each kind (the previous venv, for a rollback by inventory). A stamped directory whose
+      name is not one of the venvs' kinds is never in it.
+    - Read before the build; the build only adds this run's venvs, which are kept, so it holds after the build too.
+  type: list
+  elements: str
+  returned: always
+  sample: ["/opt/sglang/venvs/engine-00aa11bb22cc"]
 in_use:
   description: The pythons the deployed units run, from their records (each names its venv).
   type: list
@@ -145,12 +156,17 @@ def main():
             records[path] = json.loads(read(path) or "null")
         except ValueError:
             continue
+    in_use = deps_state.in_use(records)
+    found = [venvs.found(stamp["path"], stamp["mtime"]) for stamp in stamps]
+    current = [v["path"] for v in params["venvs"]]
+    to_remove = venvs.to_remove(found, [venvs.venv_of(python) for python in in_use], current)
     module.exit_json(
         changed=False,
         venvs=states,
         os_missing=deps_state.os_missing(params["os_packages"], run),
         stamps=stamps,
-        in_use=deps_state.in_use(records),
+        in_use=in_use,
+        to_remove=to_remove,
         account_drift=deps_state.account_drift(params["account"]) if params["account"] else None,
     )
 

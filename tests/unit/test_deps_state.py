@@ -11,7 +11,9 @@ import subprocess
 import sys
 
 import pytest
+from ansible.module_utils.testing import patch_module_args
 from ansible_collections.disagg.sglang.plugins.module_utils.deps import deps_state
+from ansible_collections.disagg.sglang.plugins.modules import deps_state as deps_state_module
 
 
 def make_dist(site, name, version, requires=()):
@@ -219,6 +221,29 @@ def test_the_pythons_in_use_come_from_the_records():
     records = {"a": {"python": "/v/engine-abc/bin/python"}, "b": {"unreadable": "x"}, "c": None,
                "d": {"python": "/v/engine-abc/bin/python"}, "e": {"python": "/v/router-1/bin/python"}}  # fmt: skip
     assert deps_state.in_use(records) == ["/v/engine-abc/bin/python", "/v/router-1/bin/python"]
+
+
+def test_the_module_names_the_venvs_the_host_no_longer_needs(tmp_path, capsys):
+    """deps_state as roles/sglang_deps/tasks/prune.yml reads it: of the stamped venvs under venvs_dir, those no unit
+    runs (the records), that are not this run's (the planned venvs) and are older than the newest other of their kind
+    (venvs.to_remove); a stamped directory of another name is never ours."""
+    venvs_dir, record_dir = tmp_path / "venvs", tmp_path / "records"
+    record_dir.mkdir()
+    for age, name in enumerate(["engine-a", "engine-b", "engine-c", "engine-d", "other"]):
+        (venvs_dir / name).mkdir(parents=True)
+        stamp = venvs_dir / name / "disagg-venv.json"
+        stamp.write_text("{}")
+        os.utime(stamp, (1000 + age, 1000 + age))
+    # a unit still runs a (the previous one, kept), this run plans d: b and c go; "other" is not ours
+    (record_dir / "sglang-prefill0.json").write_text(json.dumps({"python": f"{venvs_dir}/engine-a/bin/python"}))
+    planned = [{"kind": "engine", "path": str(venvs_dir / "engine-d"), "stamp": {"kind": "engine"}}]
+    args = {"venvs": planned, "venvs_dir": str(venvs_dir), "record_dir": str(record_dir), "os_packages": []}
+    with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
+        deps_state_module.main()
+    result = json.loads(capsys.readouterr().out)
+    assert exit_info.value.code == 0, result
+    assert result["to_remove"] == [str(venvs_dir / "engine-b"), str(venvs_dir / "engine-c")]
+    assert result["in_use"] == [f"{venvs_dir}/engine-a/bin/python"]
 
 
 # ---------------------------------------------------------------- the service account (user.yml runs only on drift)

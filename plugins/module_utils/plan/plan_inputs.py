@@ -2,9 +2,8 @@
 # Apache License 2.0 (see galaxy.yml)
 """What a host's variables become before its plan: the one place of these derivations (issue 24).
 
-The preflight's host_plan (plugins/action/host_plan.py) and the router's plan (plugins/action/router_plan.py) call them
-with the task's variables on the controller; the deps role run on its own reaches the same functions through filters
-(plugins/filter/plan.py).
+The preflight's host_plan (plugins/action/host_plan.py), the router's plan (plugins/action/router_plan.py) and the
+deps role's own checks (plugins/action/deps_plan.py) call them with the task's variables on the controller.
 They were Jinja in roles/sglang/vars/main.yml: Ansible compiles every template anew each time it renders it, in a
 worker forked for each host, and at 256 hosts the inputs of one host's plan cost more than the look at the host.
 
@@ -123,11 +122,6 @@ def profile_file(name, inventory_dir, shipped_dir):
             "profiles/ directory, or give the path of a profile file"
         ],
     }
-
-
-def deps_names():
-    """The variables deps_problems() and venv_paths() read."""
-    return [*variables.names("sglang_deps"), *LISTS, *DEPS_ALSO]
 
 
 def table_problems(v, role, names=None):
