@@ -12,7 +12,6 @@ import pytest
 import topology_fakes as tf
 import yaml
 from ansible_collections.disagg.sglang.plugins.action import router_plan as router_plan_action
-from ansible_collections.disagg.sglang.plugins.filter.plan import FilterModule
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
     cluster_rules,
     kv_rules,
@@ -28,7 +27,6 @@ from inventory_vars import GROUPS, Resolved, host_vars
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = yaml.safe_load((REPO / "tests/cases/bad_inventories.yml").read_text())
-F = FilterModule().filters()
 # the roles of the variable table whose variables site.yml's preflight checks in its one task per host (host_plan)
 PREFLIGHT_TABLE_ROLES = yaml.safe_load((REPO / "playbooks/preflight.yml").read_text())[0]["tasks"][0]["vars"][
     "_sglang_variable_roles"
@@ -329,8 +327,12 @@ QUOTING = [
 
 @pytest.mark.parametrize(("value", "exec_token", "env_line"), QUOTING)
 def test_systemd_quoting_of_exec_and_environment_lines(value, exec_token, env_line):
-    assert F["systemd_line"]([value]) == exec_token
-    assert F["systemd_env"](f"V={value}") == env_line
+    spec = {"exec": [value, "-m", "m"], "lines": [[value], ["--flag", value]], "environment": {"V": value, "a": "1"}}
+    assert units.systemd_text(spec) == {
+        "exec": f"{exec_token} -m m",
+        "lines": [exec_token, f"--flag {exec_token}"],
+        "environment": ["a=1", env_line],  # by name as Jinja's dictsort: case-insensitive
+    }
 
 
 def test_a_flag_value_that_starts_with_a_dash_stays_the_flags_value():

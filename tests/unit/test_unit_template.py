@@ -7,7 +7,6 @@ from pathlib import Path
 import jinja2
 import pytest
 import yaml
-from ansible_collections.disagg.sglang.plugins.filter.plan import FilterModule
 from test_rules import preflight, topology  # noqa: F401 (the fixture)  # pylint: disable=unused-import
 from unit_files import parse_unit
 
@@ -17,9 +16,8 @@ TEMPLATE = REPO / "roles/sglang/templates/sglang.service.j2"
 
 
 def render(spec):
-    """The template as the template module renders it (trim_blocks), with the collection's filter."""
+    """The template as the template module renders it (trim_blocks); it needs no filter of the collection."""
     env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    env.filters.update({f"disagg.sglang.{name}": f for name, f in FilterModule().filters().items()})
     env.filters["comment"] = lambda text: "#\n# " + text + "\n#"
     return env.from_string(TEMPLATE.read_text()).render(item=spec, ansible_managed="Ansible managed")
 

@@ -413,6 +413,8 @@ def test_the_router_restart_key_ignores_its_worker_list_and_nothing_else():
     both, one = _router(prefills, decodes), _router(prefills[:1], decodes)
     assert both["lines"] != one["lines"] and both["description"] != one["description"]
     assert both["restart_key"] == one["restart_key"]  # scale-in or out: the running router takes it by its API
+    # the quoted form of the command line (systemd_text) is not in it: a router deployed before it came keeps its key
+    assert units.restart_key({k: v for k, v in both.items() if k != "systemd"}) == both["restart_key"]
     assert _router(prefills, decodes, {"policy": "random"})["restart_key"] != both["restart_key"]
     assert _router(prefills, decodes, {"port": 8001})["restart_key"] != both["restart_key"]
     assert (

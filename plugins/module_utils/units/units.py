@@ -182,12 +182,27 @@ def _service(kind, settings):
     }
 
 
+def systemd_text(spec):
+    """What the unit template writes of SPEC's command line and environment, quoted for systemd: {exec: the
+    ExecStart= tokens of spec["exec"], lines: each argument line of spec["lines"] (sf.systemd_quote), environment:
+    each NAME=value of spec["environment"] for an Environment= line (sf.systemd_env_quote), by name as Jinja's
+    dictsort orders them (case-insensitive)}. Derived from those keys, so restart_key leaves it out."""
+    return {
+        "exec": " ".join(sf.systemd_quote(t) for t in spec["exec"]),
+        "lines": [" ".join(sf.systemd_quote(t) for t in line) for line in spec["lines"]],
+        "environment": [sf.systemd_env_quote(f"{key}={value}")
+                        for key, value in sorted(spec["environment"].items(), key=lambda kv: kv[0].lower())],
+    }  # fmt: skip
+
+
 def _finish(spec, kind, settings):
-    """Fill in what every spec carries: the environment over the state dir's, the service settings."""
+    """Fill in what every spec carries: the environment over the state dir's, the service settings, and the command
+    line and environment as the unit file writes them (systemd_text)."""
     service = _service(kind, settings)
     service["environment_file"] = service["environment_file"].format(unit=spec["unit"])
     spec["environment"] = {**state_env(settings.get("state_dir", "/var/lib/sglang"), kind == "gpu"), **spec["env"]}
     spec.update(service)
+    spec["systemd"] = systemd_text(spec)
     return spec
 
 
@@ -331,7 +346,8 @@ ROUTER_LIST_FLAGS = ("--prefill", "--decode")
 def restart_key(spec):
     """A digest of everything in a router spec but its worker list: two specs with the same key differ only in
     workers, which the running router takes through its worker API (roles/sglang_router/tasks/main.yml)."""
-    kept = {k: v for k, v in spec.items() if k not in ROUTER_LIST_KEYS}
+    # systemd: the quoted form of exec, lines and environment (systemd_text), which the key holds already
+    kept = {k: v for k, v in spec.items() if k not in ROUTER_LIST_KEYS and k != "systemd"}
     kept["lines"] = [line for line in spec.get("lines") or [] if not line or line[0] not in ROUTER_LIST_FLAGS]
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
