@@ -15,12 +15,13 @@ from ansible_collections.disagg.sglang.plugins.module_utils.units import rolling
 
 
 def deployment_plan(looks, compatible, batch):
-    """{deployment, pd_problems, role_totals, cli_checks} of LOOKS {host: what its host_plan returned ({} where it did
-    not run)}; COMPATIBLE: sglang_engine_compatible_versions, BATCH: sglang_rolling_batch."""
+    """The deployment's plans joined (plan.deployment's keys) with pd_problems, role_totals and cli_checks, of LOOKS
+    {host: what its host_plan returned ({} where it did not run)}; COMPATIBLE: sglang_engine_compatible_versions,
+    BATCH: sglang_rolling_batch."""
     joined = plan.deployment(looks)
     specs = [spec for host_specs in joined["units"].values() for spec in host_specs]
     return {
-        "deployment": joined,
+        **joined,
         "pd_problems": plan.pd_problems(
             specs, {"compatible": compatible, "batch": batch, "deployed": joined["deployed"]}
         ),

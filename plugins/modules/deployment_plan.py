@@ -46,18 +46,36 @@ EXAMPLES = r"""
     looks: >-
       {{ dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars, '__sglang_look')
          | map('default', {}))) }}
-  register: __deployment
+  register: deployment
   run_once: true
 """
 
 RETURN = r"""
-deployment:
-  description:
-    - C(units), C(deployed), C(venv_ready) and C(bind) by host (the worker specs, the unit records, whether each
-      host has this run's engine python, the bind check's outcome); C(lines) by host, what to show of each host's
-      plan (only hosts with some); C(retired), every host's retired units.
+units:
+  description: The worker specs, by host.
   returned: success
   type: dict
+deployed:
+  description: The unit records each host's look read, by host.
+  returned: success
+  type: dict
+venv_ready:
+  description: Whether each host has this run's engine python, by host.
+  returned: success
+  type: dict
+bind:
+  description: The outcome of each host's bind check, by host.
+  returned: success
+  type: dict
+lines:
+  description: What to show of each host's plan, by host (only hosts with some).
+  returned: success
+  type: dict
+retired:
+  description: Every host's retired units.
+  returned: success
+  type: list
+  elements: str
 pd_problems:
   description: What prefill and decode of the deployment disagree on in the KV handoff, each a message naming the fix.
   returned: success
