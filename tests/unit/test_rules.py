@@ -129,9 +129,9 @@ def preflight(
         look = {"paths": found_paths, "listeners": found_listeners}
         try:
             router_inputs = router_plan_action.router_inputs(values, v("inventory_hostname"), variables["groups"], look)
+            router = plan_mod.router_plan(plan["units"], router_inputs)
         except sf.FlagError as exc:  # an impl the table refuses never gets this far in a run
-            router_inputs, refused = None, [str(exc)]
-        router = plan_mod.router_plan(plan["units"], router_inputs) if router_inputs else {"problems": refused}
+            router = {"problems": [str(exc)]}
         stages.append(table("sglang_router"))
         stages.append(
             lambda: (
