@@ -28,19 +28,27 @@ DECODE_INSTANCES = {
     3: {"name": "decode0", "tp": 4, "port": 30001, "dist_init_port": 30435},
     4: {"name": "decode1", "tp": 4, "port": 30011, "dist_init_port": 30445},
 }
-# Settings of the test run (not of the example): quick restarts, simulated prefill and decode time so the
-# rolling and fault loads have requests in flight on every worker, and a health wait short enough that a change
-# whose workers never become healthy is rolled back within a test (the simulators start in seconds).
+# An engine that starts as sglang does, only shorter (issue 37): every start loads "weights" for LOAD_S seconds with
+# its HTTP port closed, then warms up for WARMUP_S seconds answering /health 503 (sglang 0.5.23: http_server.py binds
+# after the model is loaded; the warm-up request runs before /health answers 200). Together longer than the router's
+# health-check interval (10 s) and several of the run's health polls (sglang_health_poll 2 s in the sandbox), so a
+# re-add racing a loading worker, a health wait over many polls and a rollback that waits out two loads are what the
+# scenarios exercise. DeepSeek-V4-Flash loads for minutes; the production budget is sglang_health_timeout 1800 s.
+LOAD_S, WARMUP_S = 15, 3
+ENGINE_START_ENV = {"SGLANG_SIM_STARTUP_DELAY": str(LOAD_S), "SGLANG_SIM_WARMUP_DELAY": str(WARMUP_S)}
+# Settings of the test run (not of the example): sglang_restart_sec at its production value (the role's default),
+# simulated prefill and decode time so the rolling and fault loads have requests in flight on every worker, and a
+# health wait a few loads long, so a change whose workers never become healthy is rolled back within a test.
 TEST_VARS = {
-    "sglang_restart_sec": 1,
-    "sglang_health_timeout": 30,
+    "sglang_health_timeout": 4 * (LOAD_S + WARMUP_S),
     # a prefill that takes 1 s (16 at once), so a prefill taken out of the router under load still holds requests
     "sglang_prefill_extra_env": {
+        **ENGINE_START_ENV,
         "SGLANG_SIM_TOKEN_LATENCY": "0.005",
         "SGLANG_SIM_PREFILL_LATENCY": "1.0",
         "SGLANG_SIM_PREFILL_SLOTS": "16",
     },
-    "sglang_decode_extra_env": {"SGLANG_SIM_TOKEN_LATENCY": "0.005"},
+    "sglang_decode_extra_env": {**ENGINE_START_ENV, "SGLANG_SIM_TOKEN_LATENCY": "0.005"},
 }
 
 

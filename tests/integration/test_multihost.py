@@ -476,11 +476,12 @@ def test_an_alive_but_unhealthy_decode_change_is_rolled_back_under_load(cluster,
 
 
 # kill -9 of one of two instances of a role under load through the router: 16 at a time, at most 20 starts/s, for
-# 70 s, the kill 3 s in. systemd brings the instance back after RestartSec=1 and STARTUP_DELAY s of simulated weight
+# 90 s, the kill 3 s in. systemd brings the instance back after RestartSec (10 s, the role's default) and
+# STARTUP_DELAY s of simulated weight
 # loading (a runtime drop-in: tests/integration/faults.py), longer than the router needs to see it gone, so what is
 # tested is the router routing around a dead instance and taking it back, within the failure budget of
 # faults.BUDGET.
-KILL_LOAD = ["run", "--requests", "1200", "--concurrency", "16", "--rate", "20", "--timeout", "10", "--deadline", "70",
+KILL_LOAD = ["run", "--requests", "1200", "--concurrency", "16", "--rate", "20", "--timeout", "10", "--deadline", "90",
              "--workers"]  # fmt: skip
 KILL_AFTER = 3.0
 
