@@ -347,6 +347,30 @@ def test_a_host_failing_its_preflight_stops_every_host(cluster, capsys):
     assert all(counts.get("changed", 0) == 0 for counts in hosts.values()), hosts
 
 
+def judge_restarts(cluster, result, units, since, capsys):
+    """Each restarted worker judged by its own records (issue 37 item 5), not by what a retrying router returned."""
+    for unit, host in units:
+        # What the restarted worker itself recorded: it held requests when the router let it go, they completed,
+        # none reached it until it was back, nothing was left at SIGTERM (the drain was waited for), and the router
+        # had work in flight when it stopped.
+        old, new = records(cluster, unit, host, since)
+        left, back = faults.out_window(result["workers"], result["t0"], worker_url(cluster, unit, host))
+        assert left is not None and back is not None, f"{unit}: the router never let it go and took it back"
+        problems, held = faults.drain_problems(old, new, left, back)
+        sigterm_at = old["sigterm"]["time"]
+        routed = in_flight_at(result, sigterm_at)
+        report(capsys, f"  {unit}@{host}: out of the router {back - left:.1f} s, {old['sigterm']['in_flight']} at "
+                       f"SIGTERM {sigterm_at - left:.1f} s after removal, {routed} in flight through the router "
+                       f"then; {problems or 'no problem'}")  # fmt: skip
+        assert problems == [], f"{unit}@{host}: {problems}"
+        assert routed >= MIN_IN_FLIGHT, f"only {routed} requests in flight through the router at {unit}'s SIGTERM"
+        # A decode holds each request for its handoff and its tokens: at removal it held some, and they completed.
+        # (A prefill's record has shown none in flight at the moment the router's GET /workers dropped it, in every
+        # run so far, though its requests take 1 s; why is not established, so it is not asserted for prefills.)
+        if unit.startswith("sglang-decode"):
+            assert held and all(r["completed"] for r in held), f"{unit}@{host} held {held} at removal"
+
+
 @pytest.mark.parametrize("router_impl", ["sglang_router", "smg"], indirect=True)
 def test_flag_change_rolls_out_without_a_failed_request(cluster, router_impl, capsys):
     """One run changes a flag of prefill and decode: four rolling batches, prefill first, under one load."""
@@ -377,25 +401,7 @@ def test_flag_change_rolls_out_without_a_failed_request(cluster, router_impl, ca
         assert "--watchdog-timeout" in on(
             host, f"cat /proc/$(systemctl show -P MainPID {unit}.service)/cmdline | tr '\\0' ' '"
         )
-        # What the restarted worker itself recorded: it held requests when the router let it go, they completed,
-        # none reached it until it was back, nothing was left at SIGTERM (the drain was waited for), and the router
-        # had work in flight when it stopped.
-        old, new = records(cluster, unit, host, since)
-        left, back = faults.out_window(result["workers"], result["t0"], worker_url(cluster, unit, host))
-        assert left is not None and back is not None, f"{unit}: the router never let it go and took it back"
-        problems, held = faults.drain_problems(old, new, left, back)
-        sigterm_at = old["sigterm"]["time"]
-        routed = in_flight_at(result, sigterm_at)
-        report(capsys, f"  {unit}@{host}: out of the router {back - left:.1f} s, {old['sigterm']['in_flight']} at "
-                       f"SIGTERM {sigterm_at - left:.1f} s after removal, {routed} in flight through the router "
-                       f"then; {problems or 'no problem'}")  # fmt: skip
-        assert problems == [], f"{unit}@{host}: {problems}"
-        assert routed >= MIN_IN_FLIGHT, f"only {routed} requests in flight through the router at {unit}'s SIGTERM"
-        # A decode holds each request for its handoff and its tokens: at removal it held some, and they completed.
-        # (A prefill's record has shown none in flight at the moment the router's GET /workers dropped it, in every
-        # run so far, though its requests take 1 s; why is not established, so it is not asserted for prefills.)
-        if unit.startswith("sglang-decode"):
-            assert held and all(r["completed"] for r in held), f"{unit}@{host} held {held} at removal"
+    judge_restarts(cluster, result, units, since, capsys)
     # No handoff broke: every prefill's KV is back to idle once the load is over.
     deadline, used = time.monotonic() + 15, {}
     while time.monotonic() < deadline and any((used := prefill_kv_used(cluster)).values()):
@@ -605,6 +611,12 @@ def test_scale_in_scale_out_and_rename_under_load(cluster, router_impl, capsys):
             assert exits, (f"{name}: {retired} wrote no record at exit:\n"
                            + "\n".join(ln for ln in journal.splitlines() if " http " not in ln)[-3000:])  # fmt: skip
             moment = exits[-1]["sigterm"]["time"]
+            # what the retired instance itself recorded: none reached it after the router let it go, what it held
+            # then completed, nothing was left at SIGTERM
+            left, _back = faults.out_window(result["workers"], result["t0"], worker_url(cluster, unit, host))
+            assert left is not None, f"{name}: the router never let {retired} go while the load ran"
+            problems, _held = faults.drain_problems(exits[-1], {"requests": []}, left, None)
+            assert problems == [], f"{name}: {retired}: {problems}"
         else:
             url = worker_url(cluster, "sglang-decode1", decode1_host)
             joined = [t for t, state in result["workers"] if url in state.split(",")]
@@ -706,6 +718,7 @@ def test_engine_upgrade_and_a_failed_upgrade_rolled_back_under_load(cluster, cap
     table.append(f"  {'--tags deps: 0.2.0 built beside':<36} rc 0 in {deps.seconds:.0f} s, nothing restarted")
 
     # The upgrade: every worker rolls onto 0.2.0's venv, prefill first; the decodes get the flag only 0.2.0 knows.
+    since = time.time()
     output, result = converge_under_load(cluster, v2, ROLLING_LOAD)
     order = restart_order(output)
     after = _engines(cluster)
@@ -716,6 +729,7 @@ def test_engine_upgrade_and_a_failed_upgrade_rolled_back_under_load(cluster, cap
     by_host = sorted(before, key=lambda k: (not k.startswith("sglang-prefill"), k.split("@")[1], k.split("@")[0]))
     assert order == by_host, order
     assert spanned(result) and result["errors"] == {} and result["ok"] == result["total"], result["errors"]
+    judge_restarts(cluster, result, [u.split("@") for u in order], since, capsys)
     v2_venvs = {e[0] for e in after.values()}
     assert len(v2_venvs) == 1 and v2_venvs != v1_venvs, after
     for key, (record_venv, process_venv, version, flag) in after.items():
