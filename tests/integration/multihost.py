@@ -34,7 +34,7 @@ DECODE_INSTANCES = {
 # health-check interval (10 s) and several of the run's health polls (sglang_health_poll 2 s in the sandbox), so a
 # re-add racing a loading worker, a health wait over many polls and a rollback that waits out two loads are what the
 # scenarios exercise. DeepSeek-V4-Flash loads for minutes; the production budget is sglang_health_timeout 1800 s.
-LOAD_S, WARMUP_S = 15, 3
+LOAD_S, WARMUP_S = 10, 2
 ENGINE_START_ENV = {"SGLANG_SIM_STARTUP_DELAY": str(LOAD_S), "SGLANG_SIM_WARMUP_DELAY": str(WARMUP_S)}
 # Settings of the test run (not of the example): sglang_restart_sec at its production value (the role's default),
 # simulated prefill and decode time so the rolling and fault loads have requests in flight on every worker, and a

@@ -306,7 +306,14 @@ def records(cluster, unit, host, since):
     journal = on(host, f"journalctl -u {unit}.service -o cat --since @{int(since)}", timeout=60)
     exited = faults.lifecycle_lines(journal)
     assert exited, f"{unit}@{host} wrote no sim_lifecycle record at exit since {since}"
-    return exited[0], get_json(router(cluster), f"{worker_url(cluster, unit, host)}/sim/lifecycle")
+    # the restarted process answers once its weights are loaded (its port is closed until then, as sglang's)
+    url = shlex.quote(f"{worker_url(cluster, unit, host)}/sim/lifecycle")
+    waited = on(
+        router(cluster),
+        f"curl -sf --noproxy '*' -m 10 --retry 60 --retry-delay 2 --retry-connrefused {url}",
+        timeout=200,
+    )
+    return exited[0], json.loads(waited)
 
 
 def in_flight_at(result, t):
