@@ -34,8 +34,16 @@ DECODE_INSTANCES = {
 # health-check interval (10 s) and several of the run's health polls (sglang_health_poll 2 s in the sandbox), so a
 # re-add racing a loading worker, a health wait over many polls and a rollback that waits out two loads are what the
 # scenarios exercise. DeepSeek-V4-Flash loads for minutes; the production budget is sglang_health_timeout 1800 s.
-LOAD_S, WARMUP_S = 10, 2
-ENGINE_START_ENV = {"SGLANG_SIM_STARTUP_DELAY": str(LOAD_S), "SGLANG_SIM_WARMUP_DELAY": str(WARMUP_S)}
+# After its drain a worker stops as sglang's does (ShutdownReq, then the scheduler's exit) but its scheduler exits in
+# 5 s, not the double's default 15 s (sglang's bound, _SCHEDULER_EXIT_TIMEOUT_SECS): the scenarios restart about 35
+# workers, and the full 15 s would cost CI about 6 more minutes. The stop timeout against the full 15 s is exercised by
+# the one-host sandbox modules (test_site, test_faults: the double's default) and tests/unit/test_pdsim_drain.py.
+LOAD_S, WARMUP_S, SCHEDULER_EXIT_S = 10, 2, 5
+ENGINE_START_ENV = {
+    "SGLANG_SIM_STARTUP_DELAY": str(LOAD_S),
+    "SGLANG_SIM_WARMUP_DELAY": str(WARMUP_S),
+    "SGLANG_SIM_SCHEDULER_EXIT": str(SCHEDULER_EXIT_S),
+}
 # Settings of the test run (not of the example): sglang_restart_sec at its production value (the role's default),
 # simulated prefill and decode time so the rolling and fault loads have requests in flight on every worker, and a
 # health wait a few loads long, so a change whose workers never become healthy is rolled back within a test.
