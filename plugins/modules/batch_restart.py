@@ -11,7 +11,8 @@ short_description: Drain, restart and wait for the instances of one rolling batc
 version_added: "0.1.0"
 extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.journal]
 description:
-  - For each instance at once - reads its C(/metrics) until it holds no request (the sglang scheduler gauges) or
+  - For each instance at once - reads its C(/metrics) and its C(/v1/loads) until both say it holds no request (the
+    sglang scheduler's gauges and its load snapshot, both published snapshots, so a 0 counts only when both say so) or
     C(drain_timeout) seconds pass; restarts its unit (systemd's SIGTERM lets sglang drain what is left) and enables
     it where it is not; polls its health URL every O(poll) seconds, at most O(wait) seconds, stopping early when the
     unit fails or restarts, or has stalled (silent for O(stall_timeout) seconds while its port takes requests, see
@@ -49,6 +50,10 @@ options:
     description: Seconds between two readings of the metrics (drain) or of the health URL.
     type: float
     default: 0.25
+  api_key:
+    description: The workers' API key (C(sglang_worker_api_key)), which sglang asks of C(/v1/loads); empty for none.
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -144,6 +149,7 @@ ARGUMENT_SPEC = {
     "stall_timeout": {"type": "float"},
     "poll": {"type": "float", "default": 0.25},
     "journal_lines": {"type": "int", "default": 40},
+    "api_key": {"type": "str", "default": "", "no_log": True},
 }
 MODULE_OPTIONS = {"supports_check_mode": True}
 
@@ -165,7 +171,7 @@ def main():
 
     results = restart_all(run, params["instances"], params["wait"], params["drain_timeout"], journal=journal,
                           remove=remove, poll=params["poll"], health_timeout=params["health_timeout"],
-                          stall_timeout=params["stall_timeout"])  # fmt: skip
+                          stall_timeout=params["stall_timeout"], api_key=params["api_key"])  # fmt: skip
     module.exit_json(changed=True, services=results, healthy=all(r["healthy"] for r in results))
 
 

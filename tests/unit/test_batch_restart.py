@@ -5,6 +5,7 @@ active and, when the case says so, failed or restarted later), HTTP answers by U
 clock that only sleep moves, and previous files in a temp dir.
 """
 
+import json
 import threading
 
 import pytest
@@ -14,6 +15,8 @@ from ansible_collections.disagg.sglang.plugins.module_utils.units.unit_files imp
 
 HEALTH = "http://127.0.0.1:30002/health"
 METRICS = "http://127.0.0.1:30002/metrics"
+LOADS = "http://127.0.0.1:30002/v1/loads?include=core,disagg"
+NOT_FOUND = (404, '{"detail": "Not Found"}', None)  # an sglang without /v1/loads: cannot tell from it
 OK = (200, "{}", None)
 REFUSED = (None, "", "no answer: [Errno 111] Connection refused")
 UNHEALTHY = (503, "", None)
@@ -24,6 +27,13 @@ def metrics(running, queued=0):
 
 
 NOT_SGLANG = (200, "python_gc_objects_collected_total 1\n", None)
+
+
+def loads(running, waiting=0, inflight=0):
+    """A /v1/loads answer (sglang 0.5.23 v1_loads.py) of one DP rank."""
+    body = {"loads": [{"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": waiting,
+                       "disaggregation": {"prefill_inflight_queue_reqs": inflight}}]}  # fmt: skip
+    return (200, json.dumps(body), None)
 
 
 class FakeHost:
@@ -65,7 +75,7 @@ class FakeHost:
     def fetch(self, url, timeout=None):
         with self.lock:
             self.fetched.append((round(self.now - 1000.0, 2), url, self.restarted))
-            queue = self.answers[url]
+            queue = self.answers.get(url, [NOT_FOUND])  # a URL the case does not name: not there
             return queue.pop(0) if len(queue) > 1 else queue[0]
 
     def sleep(self, seconds):
@@ -114,6 +124,23 @@ CASES = {
         [("active", "running", 0)],
         (True, False, None, "healthy", True, 0.0),
     ),
+    # sglang's gauges are snapshots: a decode's read 0 for up to 40 decode passes while requests it took since its
+    # last report still decode; its load snapshot (/v1/loads) still counts them, and the drain believes the larger
+    "gauges stale at 0, the load snapshot counts two, then one, then none": (
+        {METRICS: [metrics(0)], LOADS: [loads(1, 1), loads(1), loads(0)], HEALTH: [OK]},
+        [("active", "running", 0)],
+        (True, False, 0, "healthy", True, 0.5),
+    ),
+    "the load snapshot at 0 while the gauges still count one: not drained yet": (
+        {METRICS: [metrics(1), metrics(0)], LOADS: [loads(0)], HEALTH: [OK]},
+        [("active", "running", 0)],
+        (True, False, 0, "healthy", True, 0.25),
+    ),
+    "a prefill's request whose KV is being sent counts": (
+        {METRICS: [metrics(0)], LOADS: [loads(0, inflight=1), loads(0)], HEALTH: [OK]},
+        [("active", "running", 0)],
+        (True, False, 0, "healthy", True, 0.25),
+    ),
     "a request never drains: the drain gives up after its timeout": (
         {METRICS: [metrics(1)], HEALTH: [OK]},
         [("active", "running", 0)],
@@ -158,7 +185,25 @@ def test_one_instance(case, tmp_path):
     restart_at = next(i for i, argv in enumerate(host.commands) if argv[:2] == ["systemctl", "restart"])
     assert restart_at > 0
     assert all(restarted for _t, url, restarted in host.fetched if url == HEALTH)
-    assert not any(restarted for _t, url, restarted in host.fetched if url == METRICS)
+    assert not any(restarted for _t, url, restarted in host.fetched if url in (METRICS, LOADS))
+    # every drain reading takes both snapshots
+    assert [url for _t, url, _r in host.fetched if url in (METRICS, LOADS)][:2] == [METRICS, LOADS]
+
+
+def test_the_workers_key_goes_with_the_load_snapshot_only(tmp_path):
+    """sglang asks the API key of /v1/loads (sglang/srt/utils/auth.py: /health, /ready and /metrics stay open)."""
+    host = FakeHost({METRICS: [metrics(0)], LOADS: [loads(0)], HEALTH: [OK]})
+    headers_seen = {}
+    fetch = host.fetch
+
+    def fetch_with_headers(url, *_args, headers=None, **_kwargs):
+        headers_seen[url] = headers
+        return fetch(url)
+
+    br.restart_all(host.run, [entry(tmp_path)], 10, 60, journal=lambda unit: "", remove=remove,
+                   fetch=fetch_with_headers, sleep=host.sleep, clock=host.clock, api_key="sekret")  # fmt: skip
+    assert headers_seen[LOADS] == {"Authorization": "Bearer sekret"}
+    assert headers_seen[METRICS] is None and headers_seen[HEALTH] is None
 
 
 def test_the_restart_count_after_the_restart_is_the_baseline(tmp_path):

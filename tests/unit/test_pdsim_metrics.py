@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,12 @@ def test_pd_pair_exports_sglang_series_driven_by_requests(sims):
 
     rows = fixture_rows()
     for sim, engine_type in ((prefill, "prefill"), (decode, "decode")):
+        # the gauges are the scheduler's last report (a prefill's counts its batch as running): idle again, it
+        # rewrites them at its next look (sglang: metrics_reporter.py _maybe_log_idle_metrics), not at the answer
+        deadline = time.monotonic() + 3
+        while series(parse_exposition(sim.metrics_text()), "sglang:num_running_reqs")[0][2] != 0.0:
+            assert time.monotonic() < deadline, f"{engine_type}: the running gauge never went back to 0"
+            time.sleep(0.05)
         parsed = parse_exposition(sim.metrics_text())
         for name, meta in parsed.items():
             assert name in rows, f"{engine_type} exports {name}, not in {FIXTURE.name}"

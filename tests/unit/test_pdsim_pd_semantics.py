@@ -131,8 +131,9 @@ def test_prefill_waits_for_decode_connection_then_bootstrap_timeout(sims):
     t0 = time.monotonic()
     waiting = in_thread(http, "POST", prefill.url("/generate"), body_for(prefill, 9))
     time.sleep(0.5)
-    # meanwhile it is in the bootstrap queue, which sglang reports (what a drain and the router canary count)
-    assert gauge(prefill, "sglang:num_prefill_bootstrap_queue_reqs") == 1.0
+    # meanwhile it is in the bootstrap queue, which sglang's load snapshot counts (its gauges are not rewritten while no
+    # batch runs: test_pdsim_gauges.py)
+    assert load(prefill)["disaggregation"]["prefill_bootstrap_queue_reqs"] == 1
     assert gauge(prefill, "sglang:num_bootstrap_failed_reqs_total") == 0.0
     waiting["thread"].join(10)
     status, err = waiting["answer"]
@@ -142,6 +143,13 @@ def test_prefill_waits_for_decode_connection_then_bootstrap_timeout(sims):
     assert "timed out after" in err["error"]["message"] and "in KVPoll.Bootstrapping" in err["error"]["message"]
     assert gauge(prefill, "sglang:token_usage") == 0.0  # never prefilled: no KV was allocated
     assert gauge(prefill, "sglang:num_bootstrap_failed_reqs_total") == 1.0
+
+
+def load(sim) -> dict:
+    """The published load snapshot (GET /v1/loads), fresher than the gauges (test_pdsim_gauges.py)."""
+    status, body = http("GET", sim.url("/v1/loads?include=core,disagg"))
+    assert status == 200
+    return body["loads"][0]
 
 
 def room_entry(prefill, room: int) -> dict:
@@ -187,7 +195,8 @@ def test_mooncake_frees_kv_of_a_decode_gone_before_transfer(sims):
     on_prefill["thread"].join(10)
     status, err = on_prefill["answer"]
     assert status == 500 and "Decode instance could be dead" in err["error"]["message"]
-    assert gauge(prefill, "sglang:token_usage") == 0.0
+    # freed: the gauges say so at the idle scheduler's next report (they hold the prefill batch's until then)
+    wait_gauge(prefill, "sglang:token_usage", 0.0, 3)
     assert gauge(prefill, "sglang:num_transfer_failed_reqs_total") == 1.0
 
 
@@ -209,6 +218,16 @@ def test_nixl_fails_and_frees_kv_of_a_decode_gone_before_transfer(sims):
 # --- 5. a client that hung up: its request is aborted at the tokenizer's next check ---------------------------
 
 
+def wait_bootstrap_queue(sim, value: int, timeout: float) -> float:
+    """Seconds until the prefill's published load snapshot counts VALUE requests in its bootstrap queue (sglang
+    publishes it every 50 ms while work waits with no batch to run; its gauges not then: test_pdsim_gauges.py)."""
+    t0 = time.monotonic()
+    while (got := load(sim)["disaggregation"]["prefill_bootstrap_queue_reqs"]) != value:
+        assert time.monotonic() - t0 < timeout, f"bootstrap queue still {got} after {timeout} s"
+        time.sleep(0.1)
+    return time.monotonic() - t0
+
+
 def wait_gauge(sim, name: str, value: float, timeout: float) -> float:
     """Seconds until the gauge NAME reads VALUE (at most TIMEOUT)."""
     t0 = time.monotonic()
@@ -225,16 +244,17 @@ def test_a_request_whose_client_hung_up_leaves_the_bootstrap_queue_and_the_drain
                                                              "SGLANG_SIM_SCHEDULER_EXIT": "0"})  # fmt: skip
     t0 = time.monotonic()
     waiting = post_open(prefill, body_for(prefill, 31))  # no decode ever connects for room 31
-    wait_gauge(prefill, "sglang:num_prefill_bootstrap_queue_reqs", 1.0, 3)
+    wait_bootstrap_queue(prefill, 1, 3)
     kept = post_open(prefill, body_for(prefill, 32))  # its client stays
+    wait_bootstrap_queue(prefill, 2, 3)
     waiting.close()
-    wait_gauge(prefill, "sglang:num_prefill_bootstrap_queue_reqs", 1.0, 8)
+    wait_bootstrap_queue(prefill, 1, 8)
     # not at once: at the tokenizer's first check, SGLANG_REQUEST_STATE_WAIT_TIMEOUT (4 s) after the request began
     assert 3.5 < time.monotonic() - t0 < 8
     assert gauge(prefill, "sglang:num_aborted_requests_total") == 1.0
     assert "Request is disconnected from the client side" in prefill.log()
     kept.close()
-    wait_gauge(prefill, "sglang:num_prefill_bootstrap_queue_reqs", 0.0, 6)
+    wait_bootstrap_queue(prefill, 0, 6)
     assert gauge(prefill, "sglang:num_aborted_requests_total") == 2.0
     assert gauge(prefill, "sglang:num_bootstrap_failed_reqs_total") == 0.0  # aborted, not timed out
     # nothing left for a SIGTERM to wait for: the watchdog's first look ends the process, with its record

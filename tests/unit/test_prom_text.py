@@ -96,6 +96,41 @@ def test_in_flight_counts_what_a_worker_still_holds(text, want):
     assert prom_text.in_flight(text) == want
 
 
+def _loads(*ranks):
+    """A /v1/loads answer: one (running, waiting, prefill in flight) per DP rank."""
+    return {
+        "loads": [
+            {"dp_rank": i, "num_running_reqs": r, "num_waiting_reqs": w,
+             "disaggregation": {"prefill_inflight_queue_reqs": f}}
+            for i, (r, w, f) in enumerate(ranks)
+        ]
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("answer", "want"),
+    [
+        (_loads((0, 0, 0)), 0),
+        (_loads((2, 1, 0)), 3),  # waiting holds the PD bootstrap, prealloc and transfer queues
+        (_loads((0, 0, 1)), 1),  # a prefill's request whose KV is still being sent
+        (_loads((1, 0, 0), (0, 2, 0)), 3),  # data-parallel ranks: their sum
+        ('{"loads": [{"dp_rank": 0, "num_running_reqs": 1, "num_waiting_reqs": 0}]}', 1),  # as JSON text (core)
+        ('{"detail": "Not Found"}', None),  # an sglang without /v1/loads
+        ('{"error": "Unauthorized"}', None),  # the key was missing
+        ({"loads": []}, None),
+        ("{not json", None),
+    ],
+)
+def test_in_flight_reads_a_v1_loads_answer(answer, want):
+    assert prom_text.in_flight(answer) == want
+
+
+def test_in_flight_of_believes_the_largest_reading():
+    assert prom_text.in_flight_of(0, 2) == 2  # a gauge stale at 0 is outvoted by the load snapshot
+    assert prom_text.in_flight_of(None, 0) == 0
+    assert prom_text.in_flight_of(None, None) is None
+
+
 @pytest.mark.parametrize(
     ("left", "where", "want"),
     [

@@ -8,6 +8,7 @@ sglang:kv_transfer_latency_ms, on both roles the counters sglang:num_transfer_fa
 sglang:num_bootstrap_failed_reqs_total.
 """
 
+import json
 import re
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
@@ -80,11 +81,53 @@ IN_FLIGHT_SERIES = (
 )
 
 
-def in_flight(text):
-    """Requests a worker still holds, from its /metrics page: the sum of IN_FLIGHT_SERIES; None when the page has
-    none of them (metrics off, or not an sglang page), so a caller can tell "drained" from "cannot tell"."""
-    found = [value for name, _labels, value in samples(text) if name in IN_FLIGHT_SERIES]
+def in_flight(page):
+    """Requests a worker still holds, from its /metrics page (the sum of IN_FLIGHT_SERIES) or from its /v1/loads
+    answer (a dict, or its JSON text: loads_in_flight); None when it has none of them (metrics off, not an sglang
+    page, an error answer), so a caller can tell "drained" from "cannot tell".
+
+    Both are snapshots that sglang 0.5.23's scheduler publishes, not live counts
+    (sglang/srt/managers/scheduler_components/metrics_reporter.py, scheduler.py publish_load_snapshot): the gauges
+    are written at each prefill batch, every 40 decode passes (--decode-log-interval) and when the scheduler is fully
+    idle, so a decode's gauges read 0 while requests it took since its last report decode, and a prefill's while its
+    requests wait in the bootstrap queue; the load snapshot is written at each prefill batch, every 15 decode passes
+    (--load-snapshot-publish-interval), every 50 ms while work waits with no batch to run, and at once when idle. A
+    drain reads both and believes 0 only when both say 0 (in_flight_of)."""
+    if isinstance(page, dict) or (isinstance(page, str) and page.lstrip().startswith("{")):
+        return loads_in_flight(page)
+    found = [value for name, _labels, value in samples(page) if name in IN_FLIGHT_SERIES]
     return round(sum(found)) if found else None
+
+
+def loads_in_flight(answer):
+    """Requests a worker still holds, from its /v1/loads answer (sglang/srt/entrypoints/v1_loads.py, fields of
+    sglang/srt/managers/scheduler_components/load_inquirer.py get_loads): per DP rank num_running_reqs +
+    num_waiting_reqs (the waiting queue and the PD bootstrap, prealloc, transfer and retracted queues) + a prefill's
+    disaggregation.prefill_inflight_queue_reqs (requests whose KV is still being sent); None when ANSWER is not such an
+    answer (an error, an older sglang without the route)."""
+    if isinstance(answer, str):
+        try:
+            answer = json.loads(answer)
+        except ValueError:
+            return None
+    loads = answer.get("loads") if isinstance(answer, dict) else None
+    if not isinstance(loads, list) or not loads:
+        return None
+    total = 0
+    for load in loads:
+        if not isinstance(load, dict) or not isinstance(load.get("num_running_reqs"), (int, float)):
+            return None
+        disagg = load.get("disaggregation") if isinstance(load.get("disaggregation"), dict) else {}
+        total += load["num_running_reqs"] + (load.get("num_waiting_reqs") or 0)
+        total += disagg.get("prefill_inflight_queue_reqs") or 0
+    return round(total)
+
+
+def in_flight_of(*readings):
+    """One drain reading from several (in_flight of /metrics, of /v1/loads): the most any of them counts, None when
+    none can tell. A snapshot that is stale at 0 is outvoted by one that still counts the request."""
+    known = [left for left in readings if left is not None]
+    return max(known) if known else None
 
 
 def drain_said(left, timeout, where=""):

@@ -156,9 +156,10 @@ VARIABLES = {
         S, "int", (1, 86400), "seconds; sglang_stop_timeout > it (rounded up to 5) + 20",
         at=("sglang_worker:retire", "sglang_worker:rolling"),
         doc=(
-            "Seconds the rolling restart waits, once a worker is out of the router, until its /metrics show no "
-            "running or queued request, before restarting it. O(sglang_stop_timeout) must exceed it (rounded up to 5 "
-            "s) + 20 s, sglang's own stop after SIGTERM (a 5 s watchdog tick, its drain, 15 s for its schedulers)."
+            "Seconds the rolling restart waits, once a worker is out of the router, until its /metrics and /v1/loads "
+            "show no running or queued request, before restarting it. O(sglang_stop_timeout) must exceed it (rounded "
+            "up to 5 s) + 20 s, sglang's own stop after SIGTERM (a 5 s watchdog tick, its drain, 15 s for its "
+            "schedulers)."
         ),
     ),
     "sglang_restart_sec": _v(

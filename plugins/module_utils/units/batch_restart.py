@@ -4,8 +4,11 @@
 the batch used to take a drain poll, a restart and a health wait, each a module run per instance). For each
 instance at once (one thread each):
 
-  1. drain: its /metrics read until it holds no request (prom_text.in_flight is 0; None - no sglang metrics - cannot
-     tell and goes on) or drain_timeout seconds pass;
+  1. drain: its /metrics and its /v1/loads read until both say it holds no request (prom_text.in_flight_of is 0;
+     None - neither answers as sglang - cannot tell and goes on) or drain_timeout seconds pass. Both are snapshots
+     sglang publishes (prom_text.in_flight): its gauges can read 0 for up to 40 decode passes while a request runs,
+     its load snapshot is fresher (every 15 decode passes, 50 ms while work waits without a batch), so a 0 counts
+     only when both say so;
   2. restart: its unit restarted, and enabled where it is not (unit_actions.apply). systemd sends SIGTERM and waits
      up to TimeoutStopSec: sglang drains what it still holds and exits (python/sglang/srt/entrypoints/http_server.py
      answers /health 503 from the signal on; the simulator mirrors it);
@@ -29,28 +32,47 @@ from ansible_collections.disagg.sglang.plugins.module_utils.units import service
 POLL = 0.25  # seconds between two readings of a draining instance's metrics or of a starting one's health
 
 
-def drain(url, timeout, *, fetch, sleep, clock, poll=POLL):
-    """{left, seconds}: the requests the instance still held when the drain ended (0 drained; None: its page has no
-    sglang gauges or it did not answer, so it cannot tell; > 0: timeout ran out) and how long it took."""
+def loads_url(health_url):
+    """The /v1/loads URL beside an instance's /health URL, asking for the sections a drain reads; "" otherwise."""
+    metrics = service_health.metrics_url(health_url)
+    return metrics[: -len("/metrics")] + "/v1/loads?include=core,disagg" if metrics else ""
+
+
+def drain(url, timeout, *, fetch, sleep, clock, poll=POLL, loads=""):
+    """{left, seconds}: the requests the instance still held when the drain ended (0 drained; None: neither its
+    /metrics page URL nor its /v1/loads answer LOADS has sglang's counts, or it did not answer, so it cannot tell;
+    > 0: timeout ran out) and how long it took. Each reading takes both (prom_text.in_flight_of)."""
     start = clock()
     while True:
         _status, body, _error = fetch(url)
-        left = prom_text.in_flight(body or "")
+        readings = [prom_text.in_flight(body or "")]
+        if loads:
+            _status, answer, _error = fetch(loads)
+            readings.append(prom_text.in_flight(answer or ""))
+        left = prom_text.in_flight_of(*readings)
         if left in (0, None) or clock() - start >= timeout:
             return {"left": left, "seconds": round(clock() - start, 2)}
         sleep(poll)
 
 
 def restart_one(run, entry, wait, drain_timeout, *, fetch, journal, sleep, clock, poll=POLL, remove=None,
-                health_timeout=None, stall_timeout=None):  # fmt: skip
+                health_timeout=None, stall_timeout=None, api_key=""):  # fmt: skip
     """Drain, restart, wait and (healthy) drop the previous files of one instance. entry: the rolling plan's
-    {unit, host, health_url, previous, previous_env, previous_record, ...} (module_utils/units/rolling.py)."""
+    {unit, host, health_url, previous, previous_env, previous_record, ...} (module_utils/units/rolling.py). API_KEY:
+    the workers' key, which sglang asks of /v1/loads (not of /metrics or /health)."""
     drain_url = service_health.metrics_url(entry["health_url"])
-    drained = (
-        drain(drain_url, float(drain_timeout), fetch=fetch, sleep=sleep, clock=clock, poll=poll)
-        if drain_url
-        else {"left": None, "seconds": 0}
-    )
+    if api_key:
+        headers = {"Authorization": f"Bearer {api_key}"}
+
+        def fetch_drain(url):
+            return fetch(url, headers=headers) if url.endswith("include=core,disagg") else fetch(url)
+    else:
+        fetch_drain = fetch
+    loads = loads_url(entry["health_url"])
+    drained = {"left": None, "seconds": 0}
+    if drain_url:
+        drained = drain(drain_url, float(drain_timeout), fetch=fetch_drain, sleep=sleep, clock=clock, poll=poll,
+                        loads=loads)  # fmt: skip
     name = unit_actions.service(entry["unit"])
     acted = unit_actions.apply(run, [name], [name], reload=False, check=False)
     restarts = acted["restarts"].get(name, 0)
@@ -75,13 +97,14 @@ def restart_one(run, entry, wait, drain_timeout, *, fetch, journal, sleep, clock
 
 
 def restart_all(run, entries, wait, drain_timeout, *, journal, remove=None, fetch=service_health.fetch,
-                sleep=time.sleep, clock=time.time, poll=POLL, health_timeout=None, stall_timeout=None):  # fmt: skip
+                sleep=time.sleep, clock=time.time, poll=POLL, health_timeout=None, stall_timeout=None,
+                api_key=""):  # fmt: skip
     """restart_one for every instance of the batch on this host at once; one result each, in order. clock: the
     epoch (time.time) in the module, so the deadline returned holds in the caller's later service_health calls."""
 
     def one(entry):
         return restart_one(run, entry, wait, drain_timeout, fetch=fetch, journal=journal, sleep=sleep, clock=clock,
                            poll=poll, remove=remove, health_timeout=health_timeout,
-                           stall_timeout=stall_timeout)  # fmt: skip
+                           stall_timeout=stall_timeout, api_key=api_key)  # fmt: skip
 
     return service_health.at_once(one, entries)

@@ -199,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         state.ready.set()
         state.life.listening_at = time.time()
+        # the scheduler's event loop runs from the end of the load: when it has no batch to run it publishes
+        # (scheduler.py on_idle; engine.py idle_tick)
+        threading.Thread(target=state.engine.run_idle_loop, args=(state.stop,), name="scheduler-idle",
+                         daemon=True).start()  # fmt: skip
         signal.signal(signal.SIGTERM, on_sigterm)
         serve(http_server)
         log.info("role=%s listening on http://%s:%d", state.role, args.host, args.port)

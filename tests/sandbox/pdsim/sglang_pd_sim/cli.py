@@ -42,6 +42,7 @@ simulator knobs (environment variables, never flags):
   SGLANG_SIM_DRAIN_POLL=S       period of the SIGTERM watchdog (checks SIGTERM, then in-flight requests) (5, as sglang)
   SGLANG_SIM_SCHEDULER_EXIT=S   seconds the scheduler takes to exit after the drain's ShutdownReq (15)
   SGLANG_SIM_SHUTDOWN_GRACE=S   sglang's wait for the schedulers after ShutdownReq, then SIGKILL (15; tests only)
+  SGLANG_SIM_GAUGES=live|published  /metrics scheduler gauges at the scrape, or as sglang publishes them (live)
   SGLANG_SIM_STALL_AFTER=S      the scheduler stalls S seconds after the server is up (unset: never)
   SGLANG_SIM_STALL_FOR=S        how long the stall lasts (unset, empty or inf: for good)
   sglang's own: SGLANG_HEALTH_CHECK_TIMEOUT=N (20), SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION (true),
@@ -372,6 +373,11 @@ class Knobs:
     stall_after: float | None = None
     stall_for: float | None = None  # None: for good
     health_check_timeout: int = 20
+    # "published": /metrics shows the scheduler gauges as sglang 0.5.23 publishes them (engine.py); "live": the counts
+    # at the scrape. Live stays the default until the collection's stranded-KV step stops reading "nothing running"
+    # from the gauges, which a PD prefill's published gauges never say while a room sits in its in-flight queue
+    # (issue 37, the NIXL stranding item); /v1/loads is published either way
+    gauges: str = "live"
     scheduler_exit: float = 15.0
     shutdown_grace: float = 15.0
     health_endpoint_generation: bool = True
@@ -468,6 +474,7 @@ def load_knobs(env=None, version: str | None = None) -> Knobs:
         ),
         stall_for=_env_optional(env, "SGLANG_SIM_STALL_FOR", problems),
         health_check_timeout=_env_health_timeout(env, problems),
+        gauges=env.get("SGLANG_SIM_GAUGES") or "live",
         # tokenizer_manager.py _SCHEDULER_EXIT_TIMEOUT_SECS = 15: the wait for the schedulers after ShutdownReq
         scheduler_exit=_env_float(env, "SGLANG_SIM_SCHEDULER_EXIT", 15.0, problems),
         shutdown_grace=_env_float(env, "SGLANG_SIM_SHUTDOWN_GRACE", 15.0, problems),
@@ -481,6 +488,9 @@ def load_knobs(env=None, version: str | None = None) -> Knobs:
     if knobs.answers and knobs.answers not in ANSWER_MODES:
         problems.append(f"SGLANG_SIM_ANSWERS={knobs.answers!r} is unknown (known: {', '.join(ANSWER_MODES)}); off")
         knobs.answers = ""
+    if knobs.gauges not in ("live", "published"):
+        problems.append(f"SGLANG_SIM_GAUGES={knobs.gauges!r} is not live or published; using live")
+        knobs.gauges = "live"
     if knobs.answer_error_rate > 1:
         problems.append(f"SGLANG_SIM_ANSWER_ERROR_RATE={knobs.answer_error_rate:g} is above 1; using 1")
         knobs.answer_error_rate = 1.0

@@ -8,7 +8,8 @@ sglang/srt/observability/metrics_collector.py in the sglang 0.5.23 wheel:
   token latency or time per output token there; nor does this simulator.
 - SchedulerMetricsCollector (labels from `SchedulerMetricsCollector.init_new`: model_name, engine_type,
   tp_rank, pp_rank, moe_ep_rank, and dp_rank where the worker runs data parallel): gauges of the queue,
-  the running batch and the KV pool, refreshed here at every scrape; the PD series (KV transfer
+  the running batch and the KV pool, as the simulated scheduler last published them (engine.py publish_gauges:
+  per prefill batch, every --decode-log-interval decode passes, when idle), not live counts; the PD series (KV transfer
   histograms on the prefill as sglang/srt/disaggregation/prefill.py observes them after each transfer,
   bootstrap / transfer failure counters on both roles as prefill.py and decode.py count them).
 engine_type is DisaggregationMode.to_engine_type (sglang/srt/disaggregation/utils.py): prefill, decode,
@@ -200,7 +201,7 @@ class SimMetrics:
         (self.bootstrap_failed if phase == "bootstrap" else self.transfer_failed).inc(self.sched_labels)
 
     def render(self, snap: dict, capacity: int) -> str:
-        """Refresh the scheduler gauges from an Engine.snapshot(), then the exposition text."""
+        """Set the scheduler gauges from the engine's published snapshot (Engine.gauges), then the exposition text."""
         s = self.sched_labels
         used = snap["kv_used_tokens"]
         self.num_running_reqs.set(s, snap["num_running_reqs"])

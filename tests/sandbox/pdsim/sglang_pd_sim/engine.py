@@ -16,10 +16,17 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import threading
 import time
 
 GEN_WINDOW_S = 10.0
+# sglang/srt/managers/scheduler_components/metrics_reporter.py `_maybe_log_idle_metrics`: an idle scheduler rewrites
+# its gauges when the running gauge is stale, else at most every 30 s
+IDLE_METRICS_S = 30.0
+# sglang/srt/managers/scheduler.py LOAD_STALL_REFRESH_S: a scheduler with queued work but no batch to run publishes
+# its load snapshot this often (on_idle); the simulator's scheduler loop looks that often
+LOAD_STALL_REFRESH_S = 0.05
 
 
 def prefill_seconds(knobs, input_tokens: int) -> float:
@@ -40,9 +47,20 @@ def kv_transfer(knobs, input_tokens: int) -> tuple[int, float]:
 class Engine:
     """Counts what SGLang's scheduler reports (queue, running, KV use) and makes requests wait their turn."""
 
-    def __init__(self, knobs):
+    def __init__(self, knobs, decode_log_interval: int = 40, load_publish_interval: int = 15):
         self.knobs = knobs
         self.cond = threading.Condition()
+        # What the scheduler publishes, as sglang 0.5.23 publishes it (not live counts): `gauges` feeds /metrics
+        # (metrics_reporter.py -> metrics_collector.log_stats), `loads` feeds /v1/loads (scheduler.py
+        # publish_load_snapshot -> load_snapshot.py shared memory). See publish_* and idle_tick.
+        self.decode_log_interval = max(1, int(decode_log_interval or 40))  # --decode-log-interval
+        self.load_publish_interval = max(1, int(load_publish_interval or 15))  # --load-snapshot-publish-interval
+        self.forward_ct_decode = 0.0  # decode forward passes: one step of the whole batch is one
+        self.stalled = lambda: False  # lifecycle.py: a hung scheduler publishes nothing
+        self.gauges: dict = {}
+        self.gauges_at = 0.0
+        self.loads: dict = {}
+        self.loads_at = 0.0
         self.queue: collections.deque = collections.deque()  # tickets waiting for a prefill slot
         self.next_ticket = 0
         self.prefilling = 0
@@ -52,10 +70,12 @@ class Engine:
         self.decoding = 0  # decode batch size
         self.kv_used = 0  # tokens held in the KV pool
         self.generated: collections.deque = collections.deque()  # (monotonic time, tokens) for gen_throughput
+        self.publish_gauges()
+        self.publish_loads()
 
     # --- prefill -------------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def prefill(self, input_tokens: int, stop: threading.Event | None = None, check=None):
+    def prefill(self, input_tokens: int, stop: threading.Event | None = None, check=None, pd_prefill: bool = False):
         """Wait in the prefill queue, then hold a slot for the prefill's duration. Yields the seconds queued.
         CHECK, called while the request waits in the queue, may raise to take it out (an abort)."""
         slots = self.knobs.prefill_slots
@@ -64,6 +84,7 @@ class Engine:
             ticket = self.next_ticket
             self.next_ticket += 1
             self.queue.append(ticket)
+            self.ingested()
             try:
                 while self.queue[0] != ticket or (slots > 0 and self.prefilling >= slots):
                     if check is not None:
@@ -85,6 +106,13 @@ class Engine:
                     stop.wait(seconds)
                 else:
                     time.sleep(seconds)
+            # scheduler.py process_batch_result: the load snapshot is published as the batch's result is processed
+            # (forced for an extend batch), before a PD prefill's requests join the in-flight queue
+            self.publish_loads()
+            if not pd_prefill:
+                # batch_result_processor.py: report_prefill_stats after the batch (a PD prefill reports once its
+                # requests are in the in-flight queue: report_prefill below, from generation.py)
+                self.publish_gauges()
             yield queued
         finally:
             with self.cond:
@@ -100,6 +128,7 @@ class Engine:
         """One more in the count COUNTER (an attribute) while the block runs."""
         with self.cond:
             setattr(self, counter, getattr(self, counter) + 1)
+        self.ingested()
         try:
             yield
         finally:
@@ -148,8 +177,80 @@ class Engine:
             self.generated.append((now, count))
             while self.generated and self.generated[0][0] < now - GEN_WINDOW_S:
                 self.generated.popleft()
+            # one request's step is 1/batch of the batch's forward pass
+            before = self.forward_ct_decode
+            self.forward_ct_decode = after = before + 1.0 / max(1, batch)
+        passes = range(math.floor(before) + 1, math.floor(after) + 1)
+        # batch_result_processor.py: forward_ct_decode += 1, then report_decode_stats, whose metrics (the gauges)
+        # are written only when forward_ct_decode % decode_log_interval == 0 (40); scheduler.py process_batch_result
+        # publishes the load snapshot every --load-snapshot-publish-interval (15) decode passes
+        if any(n % self.decode_log_interval == 0 for n in passes):
+            self.publish_gauges()
+        if any(n % self.load_publish_interval == 0 for n in passes):
+            self.publish_loads()
 
-    # --- what the scheduler reports ------------------------------------------------------------------------
+    # --- what the scheduler publishes ----------------------------------------------------------------------
+    def publish_gauges(self, **override) -> None:
+        """metrics_reporter.py: the scheduler's stats written to its gauges (metrics_collector.log_stats) from the
+        live state, OVERRIDE replacing some (a PD prefill's report counts the batch it just ran as running)."""
+        snap = self.snapshot()
+        snap.update(override)
+        with self.cond:
+            self.gauges, self.gauges_at = snap, time.monotonic()
+
+    def publish_loads(self) -> None:
+        """scheduler.py publish_load_snapshot: load_inquirer.py get_loads written for /v1/loads."""
+        snap = self.snapshot()
+        with self.cond:
+            self.loads, self.loads_at = snap, time.monotonic()
+
+    def report_prefill(self, batch: int) -> None:
+        """A PD prefill's report_prefill_stats (metrics_reporter.py) after its batch: the batch's requests count as
+        running ("running_batch is never populated in PD prefill, so count the current forward batch") and are in
+        the in-flight queue already (prefill.py process_batch_result_disagg_prefill appends them before the
+        report). The gauges then hold these values until the next prefill batch or a fully idle scheduler."""
+        snap = self.snapshot()
+        self.publish_gauges(num_running_reqs=batch, transferring=snap["transferring"] + batch)
+
+    def ingested(self) -> None:
+        """A request reached the scheduler (its waiting, bootstrap or transfer queue): scheduler.py's event loop
+        takes it in (`ingest_requests`) and, with no batch to run, goes to on_idle at once, whose first look
+        publishes the load snapshot (its 50 ms throttle counts from the last such look, long ago after an idle
+        spell). With a batch running nothing is published until that batch's next report."""
+        if not self.stalled() and not self.busy()[0]:
+            self.publish_loads()
+
+    def busy(self) -> tuple[bool, bool]:
+        """(a batch runs, fully idle): scheduler.py's event loop runs a batch, or calls on_idle; is_fully_idle counts
+        the waiting queue and the PD queues (bootstrap, in-flight, prealloc, transfer) too."""
+        with self.cond:
+            batch = self.prefilling > 0 or self.decoding > 0
+            idle = not (batch or self.queue or self.bootstrapping or self.transferring or self.awaiting_kv)
+        return batch, idle
+
+    def idle_tick(self) -> None:
+        """scheduler.py on_idle, reached when no batch runs: with work still queued (a bootstrap, a transfer, KV
+        on its way) it publishes the load snapshot (every LOAD_STALL_REFRESH_S) but not the gauges; fully idle it
+        publishes the load snapshot and, through metrics_reporter.py `_maybe_log_idle_metrics`, the gauges when the
+        running gauge disagrees with the running batch or every IDLE_METRICS_S. A stalled scheduler does neither."""
+        if self.stalled():
+            return
+        batch, idle = self.busy()
+        if batch:
+            return
+        self.publish_loads()
+        if idle:
+            with self.cond:
+                stale = self.gauges.get("num_running_reqs", 0) != 0
+                due = time.monotonic() - self.gauges_at > IDLE_METRICS_S
+            if stale or due:
+                self.publish_gauges()
+
+    def run_idle_loop(self, stop: threading.Event) -> None:
+        while not stop.wait(LOAD_STALL_REFRESH_S):
+            self.idle_tick()
+
+    # --- what the scheduler holds now (live) -----------------------------------------------------------------
     def snapshot(self) -> dict:
         now = time.monotonic()
         with self.cond:

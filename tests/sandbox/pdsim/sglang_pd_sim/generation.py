@@ -161,7 +161,8 @@ class GenerationMixin(HandoffMixin):
                     except HandoffError as exc:
                         self.handoff_failed(kind, exc, input_tokens, t0, stream)
                         return
-                with st.engine.prefill(input_tokens, st.stop, self.abort_if_client_gone) as queued:
+                pd_prefill = st.role == "prefill"
+                with st.engine.prefill(input_tokens, st.stop, self.abort_if_client_gone, pd_prefill) as queued:
                     st.metrics.queued(queued)
                 st.life.wait_scheduler(st.stop)  # a prefill that ran into a stall sends nothing
                 if st.role == "prefill":
@@ -281,6 +282,9 @@ class GenerationMixin(HandoffMixin):
     def hand_off(self, rooms: list[int], input_tokens: int) -> None:
         """Prefill: move the KV to decode (simulated time and size), then mark the rooms transferred."""
         st = self.state
+        # prefill.py process_batch_result_disagg_prefill: the batch's requests go to the in-flight queue, then
+        # report_prefill_stats writes the gauges (engine.py report_prefill)
+        st.engine.report_prefill(len(rooms))
         try:
             if st.knobs.handoff_drop:
                 for room in rooms:

@@ -64,12 +64,20 @@ class InfoMixin(BaseHandler):
             bad = wanted - LOAD_SECTIONS
             self.send_json(400, {"detail": f"Invalid include sections: {bad}. Valid options: {sorted(LOAD_SECTIONS)}"})
             return
-        snap = st.engine.snapshot()
+        # the snapshot the scheduler last published (engine.py publish_loads; sglang: publish_load_snapshot into
+        # shared memory, read by the tokenizer), not live counts
+        snap, published = st.engine.loads, st.engine.loads_at
         capacity = st.knobs.kv_capacity_tokens
         used = snap["kv_used_tokens"]
-        waiting = snap["num_queue_reqs"] + (snap["awaiting_kv"] if st.role == "decode" else 0)
+        # load_inquirer.py: waiting = the waiting queue + a prefill's bootstrap queue, or a decode's prealloc and
+        # transfer queues; running = the running batch, which a PD prefill never fills (its forward batch and its
+        # in-flight transfers are not in it)
+        waiting = snap["num_queue_reqs"] + {"decode": snap["awaiting_kv"], "prefill": snap["bootstrapping"]}.get(
+            st.role, 0
+        )
+        running = 0 if st.role == "prefill" else snap["num_running_reqs"]
         load = {
-            "timestamp": time.time(), "dp_rank": 0, "num_running_reqs": snap["num_running_reqs"],
+            "timestamp": time.time() - (time.monotonic() - published), "dp_rank": 0, "num_running_reqs": running,
             "num_waiting_reqs": waiting, "num_waiting_uncached_tokens": 0, "num_used_tokens": used,
             "num_total_tokens": used, "num_active_tokens": used, "num_prealloc_ready_tokens": 0,
             "max_total_num_tokens": capacity, "max_running_requests": st.max_running_requests(),

@@ -44,9 +44,12 @@ class SimState:
         self.attention_backend = args.attention_backend or ("dsv4" if self.is_dsv4 else None)
         self.model_name = args.served_model_name or args.model_path
         self.tokenizer_path = args.tokenizer_path or args.model_path
-        self.engine = Engine(knobs)
+        # the scheduler's report periods, from sglang's own flags (--decode-log-interval 40,
+        # --load-snapshot-publish-interval 15): engine.py publishes the gauges and the load snapshot at those
+        self.engine = Engine(knobs, args.decode_log_interval, args.load_snapshot_publish_interval)
         self.metrics = SimMetrics(model_name=self.model_name, role=self.role, dp_size=args.dp_size or 1)
         self.life = Lifecycle(knobs)
+        self.engine.stalled = self.life.stalled  # a hung scheduler publishes nothing
         # decode: sglang's heartbeat to the prefills it takes KV from (heartbeat.py); its thread starts with the first
         self.heartbeat = PrefillHeartbeat(self.stop)
 

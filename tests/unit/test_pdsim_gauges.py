@@ -1,0 +1,190 @@
+"""The simulator's load gauges and load snapshot are published as sglang 0.5.23 publishes them, not live counts
+(sglang/srt/managers/scheduler_components/metrics_reporter.py report_prefill_stats, report_decode_stats,
+_maybe_log_idle_metrics; sglang/srt/managers/scheduler.py publish_load_snapshot, on_idle), and the collection's
+measured drain (plugins/module_utils/units/batch_restart.py drain) is not fooled by a gauge that is stale at 0.
+
+Engine tests run in process with a fake clock-free scheduler; worker tests run simulators on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ansible_collections.disagg.sglang.plugins.module_utils.monitoring import prom_text
+from ansible_collections.disagg.sglang.plugins.module_utils.units import batch_restart, service_health
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"))
+
+from sglang_pd_sim import engine as engine_mod
+from sglang_pd_sim.cli import load_knobs
+from sglang_pd_sim.engine import Engine
+from sglang_pd_sim.promtext import parse_exposition
+
+from tests.http_client import http
+
+# /metrics as sglang publishes its gauges; the simulator's default is still live (cli.py Knobs.gauges says why)
+PUBLISHED = {"SGLANG_SIM_GAUGES": "published"}
+
+
+def gauge(sim, name: str) -> float:
+    return sum(v for _s, _labels, v in parse_exposition(sim.metrics_text()).get(name, {}).get("samples", []))
+
+
+def load(sim) -> dict:
+    status, body = http("GET", sim.url("/v1/loads?include=core,disagg"))
+    assert status == 200
+    return body["loads"][0]
+
+
+def in_thread(fn, *args, **kwargs) -> dict:
+    out: dict = {}
+
+    def run():
+        out["answer"] = fn(*args, **kwargs)
+        out["at"] = time.monotonic()
+
+    out["thread"] = threading.Thread(target=run, daemon=True)
+    out["thread"].start()
+    return out
+
+
+# --- the engine: when the scheduler publishes ----------------------------------------------------------------
+
+
+def test_decode_gauges_are_written_every_decode_log_interval_passes_not_at_each_step():
+    eng = Engine(load_knobs({}), decode_log_interval=40, load_publish_interval=15)
+    with eng.decode(0, 10) as held:
+        for _step in range(14):
+            eng.step(held)
+        assert eng.gauges["num_running_reqs"] == 0 and eng.loads["num_running_reqs"] == 0  # both stale at 0
+        eng.step(held)  # the 15th pass: the load snapshot
+        assert eng.loads["num_running_reqs"] == 1 and eng.gauges["num_running_reqs"] == 0
+        for _step in range(25):
+            eng.step(held)  # the 40th pass: the gauges (metrics_reporter.py report_decode_stats)
+        assert eng.gauges["num_running_reqs"] == 1 and eng.gauges["kv_used_tokens"] == 50
+
+
+def test_a_pass_is_one_step_of_the_whole_batch():
+    eng = Engine(load_knobs({}), decode_log_interval=4, load_publish_interval=100)
+    with eng.decode(0, 1) as first, eng.decode(0, 1) as second:
+        for _pass in range(3):
+            eng.step(first)
+            eng.step(second)
+        assert eng.gauges["num_running_reqs"] == 0  # 3 passes of a batch of 2: no report yet
+        eng.step(first)
+        eng.step(second)
+        assert eng.gauges["num_running_reqs"] == 2  # the 4th pass
+
+
+def test_idle_scheduler_rewrites_a_stale_running_gauge_at_once_else_every_30_s(monkeypatch):
+    eng = Engine(load_knobs({}), decode_log_interval=1)
+    with eng.decode(0, 5) as held:
+        eng.step(held)
+        eng.idle_tick()  # a batch runs: on_idle is not reached, nothing is published from there
+        assert eng.gauges["num_running_reqs"] == 1
+    assert eng.gauges["num_running_reqs"] == 1  # the last report, until the scheduler finds itself idle
+    eng.idle_tick()
+    assert eng.gauges["num_running_reqs"] == 0 and eng.gauges["kv_used_tokens"] == 0  # stale running: at once
+    # not stale: rewritten only when 30 s passed since the last write
+    eng.kv_used = 7  # something the running gauge does not show
+    eng.idle_tick()
+    assert eng.gauges["kv_used_tokens"] == 0
+    monkeypatch.setattr(eng, "gauges_at", time.monotonic() - engine_mod.IDLE_METRICS_S - 1)
+    eng.idle_tick()
+    assert eng.gauges["kv_used_tokens"] == 7
+
+
+def test_work_waiting_without_a_batch_publishes_the_load_snapshot_not_the_gauges():
+    eng = Engine(load_knobs({}))
+    with eng.bootstrap():  # a prefill's request waits for its decode: no batch, not idle
+        eng.idle_tick()
+        assert eng.loads["bootstrapping"] == 1 and eng.gauges["bootstrapping"] == 0
+    with eng.awaiting():  # a decode's request waits for its KV
+        eng.idle_tick()
+        assert eng.loads["awaiting_kv"] == 1 and eng.gauges["awaiting_kv"] == 0
+
+
+def test_a_stalled_scheduler_publishes_nothing():
+    eng = Engine(load_knobs({}))
+    eng.stalled = lambda: True
+    with eng.bootstrap():
+        eng.idle_tick()
+        assert eng.loads["bootstrapping"] == 0
+
+
+def test_a_pd_prefill_report_counts_its_batch_as_running_and_in_flight():
+    eng = Engine(load_knobs({}))
+    with eng.prefill(100, pd_prefill=True):
+        assert eng.gauges["num_running_reqs"] == 0  # a PD prefill reports after its requests left for the KV send
+    eng.report_prefill(1)
+    assert (eng.gauges["num_running_reqs"], eng.gauges["transferring"]) == (1, 1)
+
+
+# --- a worker: /metrics and /v1/loads --------------------------------------------------------------------------
+
+
+def test_gauges_knob_is_live_by_default_or_published():
+    assert load_knobs({}).gauges == "live"
+    assert load_knobs(PUBLISHED).gauges == "published"
+    odd = load_knobs({"SGLANG_SIM_GAUGES": "stale"})
+    assert odd.gauges == "live" and odd.problems
+
+
+def test_decode_gauges_read_zero_while_a_short_request_decodes_and_v1_loads_counts_it(sims):
+    # 30 tokens, fewer than sglang's 40 decode passes between two reports: the gauges never see the request
+    prefill = sims.start("prefill")
+    decode = sims.start("decode", "--enable-metrics", env={"SGLANG_SIM_TOKEN_LATENCY": "0.06", **PUBLISHED})
+    body = {"text": "a prompt", "sampling_params": {"max_new_tokens": 30}, "bootstrap_host": "127.0.0.1",
+            "bootstrap_port": prefill.bootstrap, "bootstrap_room": 808}  # fmt: skip
+    calls = [in_thread(http, "POST", sim.url("/generate"), body, timeout=15) for sim in (prefill, decode)]
+    time.sleep(0.6)  # decoding (about 1.8 s in all)
+    assert calls[1]["thread"].is_alive()
+    assert prom_text.in_flight(decode.metrics_text()) == 0  # the gauges: stale at 0
+    snapshot = load(decode)
+    assert snapshot["num_running_reqs"] + snapshot["num_waiting_reqs"] == 1  # the load snapshot counts it
+    for call in calls:
+        call["thread"].join(15)
+    assert [c["answer"][0] for c in calls] == [200, 200]
+    time.sleep(0.2)
+    assert prom_text.in_flight(decode.metrics_text()) == 0 and load(decode)["num_running_reqs"] == 0
+
+
+def test_prefill_gauges_miss_a_request_in_the_bootstrap_queue_and_v1_loads_counts_it(sims):
+    env = {"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "2", **PUBLISHED}
+    prefill = sims.start("prefill", "--enable-metrics", env=env)
+    waiting = in_thread(http, "POST", prefill.url("/generate"), {
+        "text": "x", "sampling_params": {"max_new_tokens": 2}, "bootstrap_host": "127.0.0.1",
+        "bootstrap_port": prefill.bootstrap, "bootstrap_room": 9})  # fmt: skip
+    time.sleep(0.5)  # no decode connects: the request waits in the bootstrap queue, no batch runs
+    assert gauge(prefill, "sglang:num_prefill_bootstrap_queue_reqs") == 0.0  # the last report was an idle one
+    snapshot = load(prefill)
+    assert snapshot["num_waiting_reqs"] == 1 and snapshot["disaggregation"]["prefill_bootstrap_queue_reqs"] == 1
+    assert snapshot["num_running_reqs"] == 0  # a PD prefill never fills its running batch
+    waiting["thread"].join(10)
+    assert waiting["answer"][0] == 500  # the bootstrap timeout
+
+
+def test_the_collections_drain_waits_for_a_request_the_gauges_miss(sims):
+    # batch_restart.drain, as the rolling batch runs it against a decode out of the router: the gauges say 0 from
+    # the start, the drain must still wait until the request is answered
+    prefill = sims.start("prefill")
+    decode = sims.start("decode", "--enable-metrics", env={"SGLANG_SIM_TOKEN_LATENCY": "0.05", **PUBLISHED})
+    body = {"text": "a prompt", "sampling_params": {"max_new_tokens": 30}, "bootstrap_host": "127.0.0.1",
+            "bootstrap_port": prefill.bootstrap, "bootstrap_room": 4711}  # fmt: skip
+    calls = [in_thread(http, "POST", sim.url("/generate"), body, timeout=15) for sim in (prefill, decode)]
+    deadline = time.monotonic() + 5
+    while load(decode)["num_running_reqs"] + load(decode)["num_waiting_reqs"] == 0:
+        assert time.monotonic() < deadline, "the request never reached the decode"
+        time.sleep(0.02)
+    assert prom_text.in_flight(decode.metrics_text()) == 0  # what the drain read alone before: "drained"
+    health = decode.url("/health")
+    drained = batch_restart.drain(service_health.metrics_url(health), 10, fetch=service_health.fetch,
+                                  sleep=time.sleep, clock=time.monotonic, poll=0.05,
+                                  loads=batch_restart.loads_url(health))  # fmt: skip
+    ended = time.monotonic()
+    calls[1]["thread"].join(10)
+    assert drained["left"] == 0 and drained["seconds"] > 0.5
+    assert ended >= calls[1]["at"] - 0.1  # not before the decode answered (its snapshot is 50 ms fresh at idle)
