@@ -4,14 +4,13 @@
 
 disagg.sglang.kv_transfer_report: the KV transfers the workers' /metrics show between two readings.
 disagg.sglang.in_flight_requests: the requests a worker still holds (its drain is done at 0).
-disagg.sglang.drain_said: how a worker out of the router drained, in one phrase (the roles' own plumbing).
 
-Documentation: kv_transfer_report.yml, in_flight_requests.yml and drain_said.yml beside this file. Logic:
-plugins/module_utils/monitoring/prom_text.py.
+Documentation: kv_transfer_report.yml and in_flight_requests.yml beside this file. Logic:
+plugins/module_utils/monitoring/prom_text.py. The roles' own drain (prom_text.in_flight, drain_said) is the
+batch_restart module's, for the rolling batch and the retirement alike.
 """
 
 from ansible_collections.disagg.sglang.plugins.module_utils.monitoring.prom_text import (
-    drain_said,
     in_flight,
     kv_transfer_report,
 )
@@ -22,5 +21,4 @@ class FilterModule:
         return {
             "kv_transfer_report": kv_transfer_report,
             "in_flight_requests": in_flight,
-            "drain_said": drain_said,
         }

@@ -1,16 +1,18 @@
 #!/usr/bin/python
 # Copyright: disagg.sglang contributors
 # SPDX-License-Identifier: Apache-2.0 (see LICENSE)
-"""Drain, restart and wait for the instances of one rolling batch on one host, in one call
-(module_utils/units/batch_restart)."""
+"""Drain, restart and wait for the instances of one rolling batch on one host, in one call; or drain, stop and remove
+retired instances (module_utils/units/batch_restart)."""
 
 DOCUMENTATION = r"""
 ---
 module: batch_restart
-short_description: Drain, restart and wait for the instances of one rolling batch on one host, in one call
+short_description: Drain instances out of the router, then restart them (a rolling batch) or retire them
 version_added: "0.1.0"
 extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.journal]
 description:
+  - One drain for both paths that take instances out of the router - the rolling restart and the retirement of
+    instances the inventory no longer has; each instance's drain is said in one phrase (RV(services[].drain.said)).
   - For each instance at once - reads its C(/metrics) and its C(/v1/loads) until both say it holds no request (the
     sglang scheduler's gauges and its load snapshot, both published snapshots, so a 0 counts only when both say so) or
     C(drain_timeout) seconds pass; restarts its unit (systemd's SIGTERM lets sglang drain what is left) and enables
@@ -21,12 +23,30 @@ description:
   - The rolling step (roles/sglang_worker/tasks/rolling_batch.yml) calls it once per host of a batch, after the batch
     left the router; an instance not healthy within O(wait) is waited for further with
     M(disagg.sglang.service_health), from the restart count and the deadline returned here.
+  - With O(state=retired) (roles/sglang_worker/tasks/retire_instances.yml), each instance is drained where
+    O(drain) says so, stopped (SIGTERM - sglang finishes what it holds, up to the unit stop timeout) and disabled, and
+    its unit file, environment file and record are removed; then systemd is reloaded once. A unit systemd does not
+    know (removed by hand) has nothing to stop.
 options:
+  state:
+    description: C(restarted) - drain, restart, wait (a rolling batch); C(retired) - drain, stop, disable, remove.
+    type: str
+    choices: [restarted, retired]
+    default: restarted
+  drain:
+    description: With O(state=retired), whether to drain first (the router served the instances).
+    type: bool
+    default: true
+  record_dir:
+    description: The directory of the units' records (C(<unit>.json)); required with O(state=retired).
+    type: path
   instances:
     description:
       - The batch's instances on this host, as the rolling plan lists them (module_utils/units/rolling.py) - each
         C({unit, health_url, previous, previous_env, previous_record, ...}); the metrics URL is the one beside
         C(health_url), the previous files are removed once the instance is healthy.
+      - With O(state=retired), the records of the retired instances on this host (C({unit, health_url, unit_file,
+        environment_file, ...})).
     type: list
     elements: dict
     required: true
@@ -57,7 +77,8 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Restarts nothing and removes nothing; each instance comes back as not restarted.
+    details: Restarts nothing and removes nothing; each instance comes back as not restarted (retired - what
+      would be stopped and removed).
   diff_mode:
     support: none
     details: No file content changes; the restart is the change.
@@ -73,6 +94,16 @@ EXAMPLES = r"""
     drain_timeout: 60
     wait: 10
   register: batch
+
+- name: Retire decode2 (its record), drained first
+  disagg.sglang.batch_restart:
+    state: retired
+    record_dir: /var/lib/disagg-sglang/deployed
+    instances:
+      - unit: sglang-decode2
+        health_url: http://127.0.0.1:30003/health
+        unit_file: /etc/systemd/system/sglang-decode2.service
+        environment_file: /etc/disagg-sglang/sglang-decode2.env
 """
 
 RETURN = r"""
@@ -113,8 +144,18 @@ services:
       description: The last health answer in words.
       type: str
     drain:
-      description: C({left, seconds}) - requests still held when the drain ended (0 drained, null cannot tell).
+      description: C({left, seconds, said}) - requests still held when the drain ended (0 drained, null cannot tell),
+        and the drain in one phrase; null for a retired instance not drained.
       type: dict
+    stopped:
+      description: With O(state=retired), what systemd was asked (C(stop), C(disable)).
+      type: list
+    removed:
+      description: With O(state=retired), the unit file, environment file and record removed.
+      type: list
+    error:
+      description: With O(state=retired), what systemd refused, empty when nothing.
+      type: str
     restarts:
       description: The unit's restart count after the restart (the baseline of a longer wait).
       type: int
@@ -133,11 +174,16 @@ services:
 healthy:
   description: Whether every instance is healthy.
   type: bool
-  returned: always
+  returned: with O(state=restarted)
+refused:
+  description: With O(state=retired), the units whose stop or disable systemd refused (the task fails naming each).
+  type: list
+  elements: str
+  returned: with O(state=retired)
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils.units.batch_restart import restart_all
+from ansible_collections.disagg.sglang.plugins.module_utils.units.batch_restart import restart_all, retire_all
 from ansible_collections.disagg.sglang.plugins.module_utils.units.service_health import journal_tail
 from ansible_collections.disagg.sglang.plugins.module_utils.units.unit_files import remove
 
@@ -150,21 +196,33 @@ ARGUMENT_SPEC = {
     "poll": {"type": "float", "default": 0.25},
     "journal_lines": {"type": "int", "default": 40},
     "api_key": {"type": "str", "default": "", "no_log": True},
+    "state": {"type": "str", "choices": ["restarted", "retired"], "default": "restarted"},
+    "drain": {"type": "bool", "default": True},
+    "record_dir": {"type": "path"},
 }
-MODULE_OPTIONS = {"supports_check_mode": True}
+MODULE_OPTIONS = {"supports_check_mode": True, "required_if": [("state", "retired", ["record_dir"])]}
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, **MODULE_OPTIONS)
     params = module.params
+
+    def run(argv):
+        return module.run_command(argv, environ_update={"LC_ALL": "C"})
+
+    if params["state"] == "retired":
+        retired = retire_all(run, params["instances"], params["record_dir"], params["drain_timeout"],
+                             do_drain=params["drain"], check=module.check_mode, remove=remove,
+                             poll=params["poll"], api_key=params["api_key"])  # fmt: skip
+        if retired["refused"]:
+            errors = "; ".join(f"{r['unit']}: {r['error']}" for r in retired["services"] if r["error"])
+            module.fail_json(msg=f"systemd refused to retire {errors}", **retired)
+        module.exit_json(**retired)
     if module.check_mode:
         said = {"healthy": False, "unit_failed": False, "stalled": False, "timed_out": False, "done": True,
                 "reason": "not restarted (check mode)"}  # fmt: skip
         results = [{**said, "item": entry} for entry in params["instances"]]
         module.exit_json(changed=False, services=results, healthy=False)
-
-    def run(argv):
-        return module.run_command(argv, environ_update={"LC_ALL": "C"})
 
     def journal(unit):
         return journal_tail(run, unit, params["journal_lines"])

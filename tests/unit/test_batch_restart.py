@@ -40,8 +40,10 @@ class FakeHost:
     """systemd and HTTP of one host. after_restart: the unit's ActiveState/SubState/NRestarts as `systemctl show`
     reports it on each read after the restart (the last repeats)."""
 
-    def __init__(self, answers, after_restart=(("active", "running", 0),), enabled="enabled", refuse_restart=False):
+    def __init__(self, answers, after_restart=(("active", "running", 0),), *, enabled="enabled", refuse_restart=False,
+                 loaded="loaded", refuse_stop=False):  # fmt: skip
         self.answers = {url: list(seq) for url, seq in answers.items()}
+        self.loaded, self.refuse_stop, self.stopped = loaded, refuse_stop, False
         self.after_restart = list(after_restart)
         self.enabled, self.refuse_restart = enabled, refuse_restart
         self.restarted = False
@@ -57,15 +59,23 @@ class FakeHost:
         if argv[:2] == ["systemctl", "enable"]:
             self.enabled = "enabled"
             return 0, "", ""
+        if argv[:2] == ["systemctl", "stop"]:
+            self.stopped = not self.refuse_stop
+            return (1, "", "Access denied") if self.refuse_stop else (0, "", "")
+        if argv[:2] == ["systemctl", "disable"]:
+            self.enabled = "disabled"
+            return 0, "", ""
+        if argv[:2] == ["systemctl", "daemon-reload"]:
+            return 0, "", ""
         if argv[:2] == ["systemctl", "show"]:
-            active, sub, restarts = ("active", "running", 0)
+            active, sub, restarts = ("inactive", "dead", 0) if self.stopped else ("active", "running", 0)
             if self.restarted:
                 queue = self.after_restart
                 active, sub, restarts = queue.pop(0) if len(queue) > 1 else queue[0]
             return (
                 0,
                 (
-                    f"Id={argv[-1]}\nLoadState=loaded\nActiveState={active}\nSubState={sub}\n"
+                    f"Id={argv[-1]}\nLoadState={self.loaded}\nActiveState={active}\nSubState={sub}\n"
                     f"UnitFileState={self.enabled}\nNRestarts={restarts}\n"
                 ),
                 "",
@@ -295,3 +305,85 @@ def test_a_deadline_cuts_a_probe_of_a_stalled_instance_to_the_time_left(tmp_path
                               fetch=host.fetch, sleep=host.sleep, clock=host.clock, health_timeout=7)  # fmt: skip
     assert (result["timed_out"], result["stalled"], result["done"]) == (True, False, True)
     assert 7 <= host.now - 1000.0 <= 7 + service_health.MIN_PROBE
+
+
+@pytest.mark.parametrize(
+    ("answers", "said"),
+    [
+        ([metrics(2), metrics(0)], "drained (no request in flight)"),
+        ([NOT_SGLANG], f"cannot tell (no sglang metrics at {METRICS}; sglang drains on SIGTERM itself)"),
+        (
+            [metrics(1)],
+            "still 1 request(s) in flight after 3 s: sglang drains them on SIGTERM, up to the unit stop timeout",
+        ),
+    ],
+    ids=["drained", "cannot tell", "timed out"],
+)
+def test_the_rolling_batch_says_how_each_instance_drained(answers, said, tmp_path):
+    host = FakeHost({METRICS: answers, HEALTH: [OK]})
+    [result] = go(host, [entry(tmp_path)], drain_timeout=3)
+    assert result["drain"]["said"] == said
+
+
+def retired_record(tmp_path, unit="sglang-decode2"):
+    """A retired instance's record as the preflight hands it over (units.record), with its three files on disk."""
+    (tmp_path / "records").mkdir(exist_ok=True)
+    for name in (f"{unit}.service", f"{unit}.env", f"records/{unit}.json"):
+        (tmp_path / name).write_text(name)
+    return {"unit": unit, "host": "h1", "role": "decode", "health_url": HEALTH,
+            "unit_file": str(tmp_path / f"{unit}.service"),
+            "environment_file": str(tmp_path / f"{unit}.env")}  # fmt: skip
+
+
+def retire(host, entries, tmp_path, do_drain=True, check=False):
+    return br.retire_all(host.run, entries, str(tmp_path / "records"), 3, do_drain=do_drain, check=check,
+                         remove=remove, fetch=host.fetch, sleep=host.sleep, clock=host.clock)  # fmt: skip
+
+
+def test_a_retired_instance_is_drained_by_the_rolling_batchs_drain_then_stopped_disabled_and_removed(tmp_path):
+    host = FakeHost({METRICS: [metrics(1), metrics(0)]})
+    record = retired_record(tmp_path)
+    out = retire(host, [record], tmp_path)
+    [result] = out["services"]
+    assert result["drain"] == {"left": 0, "seconds": 0.25, "said": "drained (no request in flight)"}
+    assert result["stopped"] == ["stop", "disable"] and out["changed"] and out["refused"] == []
+    acted = [argv[1] for argv in host.commands if argv[1] != "show"]
+    assert acted == ["stop", "disable", "daemon-reload"]
+    # the rolling batch's drain: /metrics and /v1/loads read together, and the stop after the last reading
+    assert host.fetched == [(0.0, METRICS, False), (0.0, LOADS, False), (0.25, METRICS, False), (0.25, LOADS, False)]
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == []
+    assert result["removed"] == [record["unit_file"], record["environment_file"],
+                                 str(tmp_path / "records" / "sglang-decode2.json")]  # fmt: skip
+
+
+def test_a_retired_instance_the_router_did_not_serve_is_not_drained(tmp_path):
+    host = FakeHost({METRICS: [metrics(1)]})
+    [result] = retire(host, [retired_record(tmp_path)], tmp_path, do_drain=False)["services"]
+    assert result["drain"] is None and host.fetched == []
+    assert result["stopped"] == ["stop", "disable"]
+
+
+def test_a_retired_unit_systemd_does_not_know_has_nothing_to_stop_and_its_files_go(tmp_path):
+    host = FakeHost({METRICS: [REFUSED]}, loaded="not-found")
+    [result] = retire(host, [retired_record(tmp_path)], tmp_path)["services"]
+    assert result["stopped"] == [] and result["error"] == "" and len(result["removed"]) == 3
+    assert not any(argv[1] in ("stop", "disable") for argv in host.commands)
+
+
+def test_a_refused_stop_keeps_the_files_and_is_said(tmp_path):
+    host = FakeHost({METRICS: [metrics(0)]}, refuse_stop=True)
+    out = retire(host, [retired_record(tmp_path)], tmp_path)
+    [result] = out["services"]
+    assert out["refused"] == ["sglang-decode2.service"]
+    assert result["error"] == "systemctl stop: Access denied" and result["removed"] == []
+    assert len([p for p in tmp_path.rglob("*") if p.is_file()]) == 3
+
+
+def test_retiring_in_check_mode_drains_stops_and_removes_nothing_but_says_what_would_go(tmp_path):
+    host = FakeHost({METRICS: [metrics(1)]})
+    out = retire(host, [retired_record(tmp_path)], tmp_path, check=True)
+    [result] = out["services"]
+    assert result["drain"] is None and host.fetched == []
+    assert result["stopped"] == ["stop", "disable"] and len(result["removed"]) == 3 and out["changed"]
+    assert [argv[1] for argv in host.commands] == ["show"]
+    assert len([p for p in tmp_path.rglob("*") if p.is_file()]) == 3

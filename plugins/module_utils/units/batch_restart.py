@@ -20,8 +20,14 @@ instance at once (one thread each):
 
 Returns one result per instance: service_health's keys (healthy, unit_failed, stalled, timed_out, done, unit_state,
 reason, body, journal) plus unit, url and deadline (so a longer wait can pass the result to service_health as its
-service), item (the plan's entry), drain ({left, seconds}), restarts (NRestarts after the restart), restart_error and
-dropped (the previous files removed). The fetch, runner, sleep and clock are injected: tests/unit/test_batch_restart.py.
+service), item (the plan's entry), drain ({left, seconds, said}), restarts (NRestarts after the restart),
+restart_error and dropped (the previous files removed).
+
+The retirement of instances the inventory no longer has (retire_all, roles/sglang_worker/tasks/retire_instances.yml)
+takes the same drain, then stops and disables each unit and removes its unit file, environment file and record: one
+drain for both paths that take an instance out of the router.
+
+The fetch, runner, sleep and clock are injected: tests/unit/test_batch_restart.py.
 """
 
 import time
@@ -55,12 +61,12 @@ def drain(url, timeout, *, fetch, sleep, clock, poll=POLL, loads=""):
         sleep(poll)
 
 
-def restart_one(run, entry, wait, drain_timeout, *, fetch, journal, sleep, clock, poll=POLL, remove=None,
-                health_timeout=None, stall_timeout=None, api_key=""):  # fmt: skip
-    """Drain, restart, wait and (healthy) drop the previous files of one instance. entry: the rolling plan's
-    {unit, host, health_url, previous, previous_env, previous_record, ...} (module_utils/units/rolling.py). API_KEY:
-    the workers' key, which sglang asks of /v1/loads (not of /metrics or /health)."""
-    drain_url = service_health.metrics_url(entry["health_url"])
+def drain_instance(entry, timeout, *, fetch, sleep, clock, poll=POLL, api_key=""):
+    """The one drain of an instance out of the router, for the rolling batch and the retirement: {left, seconds,
+    said}. Its /metrics and its /v1/loads read together (drain); said in one phrase (prom_text.drain_said) naming
+    the metrics page beside its health URL. API_KEY: the workers' key, which sglang asks of /v1/loads (not of
+    /metrics or /health)."""
+    drain_url = service_health.metrics_url(entry.get("health_url") or "")
     if api_key:
         headers = {"Authorization": f"Bearer {api_key}"}
 
@@ -68,11 +74,19 @@ def restart_one(run, entry, wait, drain_timeout, *, fetch, journal, sleep, clock
             return fetch(url, headers=headers) if url.endswith("include=core,disagg") else fetch(url)
     else:
         fetch_drain = fetch
-    loads = loads_url(entry["health_url"])
     drained = {"left": None, "seconds": 0}
     if drain_url:
-        drained = drain(drain_url, float(drain_timeout), fetch=fetch_drain, sleep=sleep, clock=clock, poll=poll,
-                        loads=loads)  # fmt: skip
+        drained = drain(drain_url, float(timeout), fetch=fetch_drain, sleep=sleep, clock=clock, poll=poll,
+                        loads=loads_url(entry["health_url"]))  # fmt: skip
+    return {**drained, "said": prom_text.drain_said(drained["left"], timeout, drain_url)}
+
+
+def restart_one(run, entry, wait, drain_timeout, *, fetch, journal, sleep, clock, poll=POLL, remove=None,
+                health_timeout=None, stall_timeout=None, api_key=""):  # fmt: skip
+    """Drain, restart, wait and (healthy) drop the previous files of one instance. entry: the rolling plan's
+    {unit, host, health_url, previous, previous_env, previous_record, ...} (module_utils/units/rolling.py). API_KEY:
+    the workers' key, which sglang asks of /v1/loads (not of /metrics or /health)."""
+    drained = drain_instance(entry, drain_timeout, fetch=fetch, sleep=sleep, clock=clock, poll=poll, api_key=api_key)
     name = unit_actions.service(entry["unit"])
     acted = unit_actions.apply(run, [name], [name], reload=False, check=False)
     restarts = acted["restarts"].get(name, 0)
@@ -108,3 +122,50 @@ def restart_all(run, entries, wait, drain_timeout, *, journal, remove=None, fetc
                            stall_timeout=stall_timeout, api_key=api_key)  # fmt: skip
 
     return service_health.at_once(one, entries)
+
+
+def retire_one(run, entry, record_dir, drain_timeout, *, do_drain, check, fetch, sleep, clock, poll=POLL,
+               remove=None, api_key=""):  # fmt: skip
+    """Drain (where DO_DRAIN: the router served it), stop and disable one retired instance, and remove its files.
+    entry: its record ({unit, host, health_url, unit_file, environment_file, ...}, module_utils/units/units.py
+    record). A unit systemd does not know (its file removed by hand) has nothing left to stop. In check mode nothing
+    is drained, stopped or removed: the answer says what would be."""
+    drained = (
+        drain_instance(entry, drain_timeout, fetch=fetch, sleep=sleep, clock=clock, poll=poll, api_key=api_key)
+        if do_drain and not check
+        else None
+    )
+    name = unit_actions.service(entry["unit"])
+    state = unit_actions.read(run, [name]).get(name, {})
+    todo = []
+    if state.get("LoadState", "not-found") != "not-found":
+        if state.get("ActiveState") != "inactive":
+            todo.append("stop")
+        if state.get("UnitFileState") in ("enabled", "enabled-runtime"):
+            todo.append("disable")
+    error = ""
+    for action in [] if check else todo:
+        rc, _out, err = run(["systemctl", action, name])
+        if rc != 0:
+            error = f"systemctl {action}: {err.strip() or 'rc ' + str(rc)}"
+            break
+    paths = [entry.get("unit_file"), entry.get("environment_file"), f"{record_dir}/{entry['unit']}.json"]
+    removed = remove([p for p in paths if p], check) if remove is not None and not error else []
+    return {"unit": name, "item": entry, "drain": drained, "stopped": todo, "error": error, "removed": removed,
+            "changed": bool(todo or removed)}  # fmt: skip
+
+
+def retire_all(run, entries, record_dir, drain_timeout, *, do_drain, check, remove=None, fetch=service_health.fetch,
+               sleep=time.sleep, clock=time.monotonic, poll=POLL, api_key=""):  # fmt: skip
+    """retire_one for every retired instance on this host at once, then one daemon-reload (not in check mode):
+    {services: [result, in order], changed, refused: [unit whose stop systemd refused]}."""
+
+    def one(entry):
+        return retire_one(run, entry, record_dir, drain_timeout, do_drain=do_drain, check=check, fetch=fetch,
+                          sleep=sleep, clock=clock, poll=poll, remove=remove, api_key=api_key)  # fmt: skip
+
+    results = service_health.at_once(one, entries)
+    if entries and not check:
+        run(["systemctl", "daemon-reload"])
+    return {"services": results, "changed": any(r["changed"] for r in results),
+            "refused": [r["unit"] for r in results if r["error"]]}  # fmt: skip
