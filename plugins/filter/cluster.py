@@ -8,8 +8,6 @@ from ansible_collections.disagg.sglang.plugins.module_utils.common.lazy import L
 cluster_rules = Lazy("plan.cluster_rules")
 rolling = Lazy("units.rolling")
 rules = Lazy("plan.rules")
-unit_files = Lazy("units.unit_files")
-units = Lazy("units.units")
 
 
 def connect_targets(worker_specs):
@@ -28,15 +26,9 @@ def rolling_plan(changed, inputs):
     return rolling.rolling_plan(list(changed), inputs)
 
 
-def restart_decision(units, changed, new, inputs):
-    """{now, deferred}: the changed units that restart now and those the rolling step restarts (see
-    rolling.restart_decision)."""
-    return rolling.restart_decision(list(units), list(changed), list(new), inputs)
-
-
-def with_previous(specs, previous_files, previous_env_files, host, previous_records=None):
-    """The units to roll back with their host and previous files (see rolling.with_previous)."""
-    return rolling.with_previous(list(specs), previous_files, previous_env_files, host, previous_records)
+def role_totals(worker_specs):
+    """{role: instances in the deployment}."""
+    return rolling.role_totals(list(worker_specs))
 
 
 def health_services(specs, restarts):
@@ -44,34 +36,9 @@ def health_services(specs, restarts):
     return rolling.health_services(list(specs or []), dict(restarts or {}))
 
 
-def unit_file_specs(units, texts, unit_dir, record_dir):
-    """The unit file and record of each unit as unit_files writes them (see unit_files.file_specs)."""
-    return unit_files.file_specs(list(units), dict(texts), unit_dir, record_dir)
-
-
-def env_file_specs(specs, texts):
-    """The environment file of each unit spec as unit_files writes it (see unit_files.env_file_specs)."""
-    return unit_files.env_file_specs(list(specs), dict(texts))
-
-
-def files_of_kind(result, kind):
-    """unit_files' answer for one kind of file, shaped as a registered loop (see unit_files.of_kind)."""
-    return unit_files.of_kind(result, kind)
-
-
-def unit_record(spec, unit_dir):
-    """The record of a deployed unit (see units.record)."""
-    return units.record(spec, unit_dir)
-
-
 def retire_problems(retired, totals, retire_roles):
     """Messages when the run would retire every instance of a role (see rules.retire_problems)."""
     return rules.retire_problems(list(retired), totals, retire_roles)
-
-
-def rolling_left(batches, done):
-    """The units of the batches a failed rolling restart left alone (see rolling.rolling_left)."""
-    return rolling.rolling_left(list(batches), list(done))
 
 
 def env_file_value(text):
@@ -85,14 +52,8 @@ class FilterModule:
             "connect_targets": connect_targets,
             "deployment_bind_problems": deployment_bind_problems,
             "rolling_plan": rolling_plan,
-            "restart_decision": restart_decision,
-            "rolling_left": rolling_left,
-            "with_previous": with_previous,
+            "role_totals": role_totals,
             "health_services": health_services,
-            "unit_file_specs": unit_file_specs,
-            "env_file_specs": env_file_specs,
-            "files_of_kind": files_of_kind,
             "env_file_value": env_file_value,
-            "unit_record": unit_record,
             "retire_problems": retire_problems,
         }

@@ -43,8 +43,9 @@ options:
   instances:
     description:
       - The batch's instances on this host, as the rolling plan lists them (module_utils/units/rolling.py) - each
-        C({unit, health_url, previous, previous_env, previous_record, ...}); the metrics URL is the one beside
-        C(health_url), the previous files are removed once the instance is healthy.
+        C({unit, health_url, backup, ...}), C(backup) its backup set C({unit_file, env_file, record})
+        (M(disagg.sglang.unit_files)); the metrics URL is the one beside C(health_url), the backups are removed once
+        the instance is healthy.
       - With O(state=retired), the records of the retired instances on this host (C({unit, health_url, unit_file,
         environment_file, ...})).
     type: list
@@ -90,7 +91,10 @@ EXAMPLES = r"""
     instances:
       - unit: sglang-decode1
         health_url: http://127.0.0.1:30002/health
-        previous: /etc/systemd/system/sglang-decode1.service.1234.2026-12-03@10:00:00~
+        backup:
+          unit_file: /etc/systemd/system/sglang-decode1.service.1234.2026-12-03@10:00:00~
+          env_file: ""
+          record: ""
     drain_timeout: 60
     wait: 10
   register: batch

@@ -13,10 +13,64 @@ description:
   - Creates the directories, then writes each file whose content, mode or owner differ, keeping a backup of a
     changed file that existed (for the rollback). Files are written whole and renamed over the old ones.
   - The content of O(env_files) is never logged nor shown in a diff.
+  - With O(deploy), it writes the three files of each unit - its environment file (secrets), its unit file and its
+    record (what was deployed, as data) - and answers, in one call, what the units step needs - the kinds of file
+    that changed (RV(kinds_changed)), one backup set per unit (RV(backups) - the previous unit file, environment
+    file and record it kept), which changed units restart now and which the rolling step restarts
+    (O(restart_rule)), and the units to wait for (RV(started)) and to roll (RV(deferred)), each with its backup set.
+  - With O(restore), it puts each unit's backup set back where it came from (the rollback) and returns the previous
+    records (RV(records)); with O(drop), it removes the backups of the sets. Restore comes before drop, both before
+    the write.
   - With O(units), it also reads those units' state in one C(systemctl show) and says whether each already runs and
     is enabled (RV(units_settled)), so the units step skips its M(disagg.sglang.unit_actions) call where no file
     changed and nothing needs doing.
 options:
+  deploy:
+    description:
+      - One entry per unit - C({spec, unit_file, env_file}) - the planned spec (its C(unit), C(environment_file),
+        and what its record keeps), and the texts of its unit file and environment file rendered on the controller
+        (C(sglang.service.j2), C(sglang.env.j2)). The record is made here from the spec
+        (module_utils/units/units.py C(record)). The environment file's text is never logged nor put in a diff.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      spec:
+        description: The unit's planned spec.
+        type: dict
+        required: true
+      unit_file:
+        description: The unit file's text.
+        type: str
+        required: true
+      env_file:
+        description: The environment file's text (secrets).
+        type: str
+        required: true
+  unit_dir:
+    description: Where the unit files lie (O(deploy), O(restore)).
+    type: path
+  record_dir:
+    description: Where the records lie (O(deploy), O(restore)).
+    type: path
+  restart_rule:
+    description:
+      - "With O(deploy), the inputs of the restart rule (module_utils/units/rolling.py C(restart_decision)) -
+        C({totals, router_serving, batch, records}): the deployment's role totals, whether the router serves,
+        C(sglang_rolling_batch), and the host's records as the preflight read them. Left out (as in check mode): no
+        unit restarts or rolls here."
+    type: dict
+  restore:
+    description: Units to roll back, each C({unit, environment_file, backup}) with its backup set; each backup kept is
+      copied back over its file (root's, the mode of its kind).
+    type: list
+    elements: dict
+    default: []
+  drop:
+    description: Backup sets (or units carrying one as C(backup)) whose backups to remove.
+    type: list
+    elements: dict
+    default: []
   dirs:
     description: Directories to create, each C({path, mode, owner, group}).
     type: list
@@ -72,6 +126,9 @@ options:
     type: list
     elements: str
     default: []
+seealso:
+  - module: disagg.sglang.unit_actions
+  - module: disagg.sglang.batch_restart
 attributes:
   check_mode:
     support: full
@@ -82,6 +139,24 @@ attributes:
 """
 
 EXAMPLES = r"""
+- name: Write the units' files, say what restarts now and what rolls
+  disagg.sglang.unit_files:
+    unit_dir: /etc/systemd/system
+    record_dir: /var/lib/disagg-sglang/deployed
+    deploy:
+      - spec: {unit: sglang-decode0, role: decode, environment_file: /etc/disagg-sglang/env/sglang-decode0.env}
+        unit_file: "[Unit]\n"
+        env_file: ""
+    restart_rule: {totals: {decode: 2}, router_serving: true, batch: 1, records: {}}
+  register: written
+
+- name: Roll a unit back to its backup set, then drop the backups
+  disagg.sglang.unit_files:
+    unit_dir: /etc/systemd/system
+    record_dir: /var/lib/disagg-sglang/deployed
+    restore: "{{ written.started }}"
+    drop: "{{ written.started }}"
+
 - name: Write a unit file and its record
   disagg.sglang.unit_files:
     dirs:
@@ -111,11 +186,43 @@ restarts:
   description: Per unit of O(units), its restart count (C(NRestarts)); the health wait counts a crash from it.
   type: dict
   returned: when O(units) is given
+kinds_changed:
+  description: The kinds of file that changed (C(unit_file), C(record), C(env_file)).
+  type: list
+  elements: str
+  returned: when O(deploy) is given
+backups:
+  description: "C({unit: {unit_file, env_file, record}}) - the backup set of each unit a file of which changed and that
+    restarts now (not deferred): the previous file each kept, empty where it kept none."
+  type: dict
+  returned: when O(deploy) is given
+restart:
+  description: "C({now, deferred, synced}) - the restart rule's answer (names), empty without O(restart_rule)."
+  type: dict
+  returned: when O(deploy) is given
+started:
+  description: The specs of O(deploy) to wait for now (not deferred), each with its backup set as C(backup).
+  type: list
+  elements: dict
+  returned: when O(deploy) is given
+deferred:
+  description: The specs the rolling step restarts, each with its backup set as C(backup).
+  type: list
+  elements: dict
+  returned: when O(deploy) is given
+records:
+  description: "C({unit: previous record}) of O(restore), C({}) where no record was kept."
+  type: dict
+  returned: when O(restore) is given
+dropped:
+  description: The backups of O(drop) removed.
+  type: list
+  elements: str
+  returned: when O(drop) is given
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils.units import unit_actions
-from ansible_collections.disagg.sglang.plugins.module_utils.units.unit_files import write
+from ansible_collections.disagg.sglang.plugins.module_utils.units import unit_actions, unit_files
 
 
 def file_options(secret):
@@ -141,13 +248,39 @@ def main():
             "files": {"type": "list", "elements": "dict", "default": [], "options": file_options(secret=False)},
             "env_files": {"type": "list", "elements": "dict", "default": [], "options": file_options(secret=True)},
             "units": {"type": "list", "elements": "str", "default": []},
+            "deploy": {"type": "list", "elements": "dict", "default": [], "options": {
+                "spec": {"type": "dict", "required": True},
+                "unit_file": {"type": "str", "required": True},
+                "env_file": {"type": "str", "required": True, "no_log": True}}},
+            "unit_dir": {"type": "path"},
+            "record_dir": {"type": "path"},
+            "restart_rule": {"type": "dict"},
+            "restore": {"type": "list", "elements": "dict", "default": []},
+            "drop": {"type": "list", "elements": "dict", "default": []},
         },
         supports_check_mode=True,
-    )
+    )  # fmt: skip
     params = module.params
-    files = list(params["files"]) + [{**f, "secret": True} for f in params["env_files"]]
+    if (params["deploy"] or params["restore"]) and not (params["unit_dir"] and params["record_dir"]):
+        module.fail_json(msg="unit_dir and record_dir are required with deploy or restore")
     fs = {"backup": module.backup_local, "replace": module.atomic_move}
-    result = write(files, params["dirs"], module.check_mode, fs, params["absent"])
+    rolled = {}
+    if params["restore"] and not module.check_mode:
+        rolled = unit_files.restore(params["restore"], params["unit_dir"], params["record_dir"], fs)
+    dropped = unit_files.drop(params["drop"], module.check_mode)
+    deploy = params["deploy"]
+    files = list(params["files"]) + [{**f, "secret": True} for f in params["env_files"]]
+    if deploy:
+        files += unit_files.deploy_files(deploy, params["unit_dir"], params["record_dir"])
+    result = unit_files.write(files, params["dirs"], module.check_mode, fs, params["absent"])
+    result["changed"] = result["changed"] or bool(rolled.get("restored")) or bool(dropped)
+    if deploy:
+        rule = None if module.check_mode else params["restart_rule"]
+        result.update(unit_files.deployed(deploy, result, rule))
+    if params["restore"]:
+        result["records"] = rolled.get("records", {})
+    if params["drop"]:
+        result["dropped"] = dropped
     if params["units"]:
 
         def run(argv):

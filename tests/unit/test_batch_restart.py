@@ -97,12 +97,13 @@ class FakeHost:
 
 
 def entry(tmp_path, unit="sglang-decode1"):
-    files = {}
-    for key in ("previous", "previous_env", "previous_record"):
+    """An instance of the rolling plan with its backup set (module_utils/units/unit_files.py)."""
+    backup = {}
+    for key in ("unit_file", "env_file", "record"):
         path = tmp_path / f"{unit}.{key}~"
         path.write_text(key)
-        files[key] = str(path)
-    return {"unit": unit, "host": "h1", "role": "decode", "health_url": HEALTH, **files}
+        backup[key] = str(path)
+    return {"unit": unit, "host": "h1", "role": "decode", "health_url": HEALTH, "backup": backup}
 
 
 def go(host, entries, wait=10, drain_timeout=60):
@@ -180,14 +181,12 @@ def test_one_instance(case, tmp_path):
     host = FakeHost(answers, after_restart=after)
     one = entry(tmp_path)
     [result] = go(host, [one], wait=2, drain_timeout=3)
-    dropped = all(
-        not (tmp_path / f"sglang-decode1.{k}~").exists() for k in ("previous", "previous_env", "previous_record")
-    )
-    kept = all((tmp_path / f"sglang-decode1.{k}~").exists() for k in ("previous", "previous_env", "previous_record"))
+    dropped = all(not (tmp_path / f"sglang-decode1.{k}~").exists() for k in ("unit_file", "env_file", "record"))
+    kept = all((tmp_path / f"sglang-decode1.{k}~").exists() for k in ("unit_file", "env_file", "record"))
     got = (result["healthy"], result["unit_failed"], result["drain"]["left"], result["reason"], dropped, host.slept)
     assert got == want
     assert kept != dropped
-    assert result["dropped"] == ([one["previous"], one["previous_env"], one["previous_record"]] if dropped else [])
+    assert result["dropped"] == (list(one["backup"].values()) if dropped else [])
     assert result["journal"] == ("" if result["healthy"] else "journal of sglang-decode1.service")
     assert result["item"] == one
     assert (result["unit"], result["url"]) == ("sglang-decode1.service", HEALTH)
@@ -294,7 +293,7 @@ def test_a_stalled_instance_ends_the_call_as_stalled_within_its_bound_and_return
     assert result["reason"].startswith("stalled:") and result["journal"] == "journal of sglang-decode1.service"
     assert result["deadline"] == 1000.0 + 300
     assert 12 <= host.now - 1000.0 <= 12 + service_health.HTTP_TIMEOUT + br.POLL
-    assert result["dropped"] == [] and (tmp_path / "sglang-decode1.previous~").exists()
+    assert result["dropped"] == [] and (tmp_path / "sglang-decode1.unit_file~").exists()
 
 
 def test_a_deadline_cuts_a_probe_of_a_stalled_instance_to_the_time_left(tmp_path):

@@ -185,25 +185,6 @@ def test_rolling_plan_prefill_first_one_role_per_batch(batch, totals, expect):
     assert [[f"{u['unit']}@{u['host']}" for u in b] for b in got] == expect
 
 
-def test_rolling_left_after_a_failed_batch():
-    batches = [[_u("d0", "decode", "b")], [_u("d1", "decode", "c")]]
-    assert [u["unit"] for u in rolling.rolling_left(batches, ["d0@b"])] == ["d1"]
-    assert rolling.rolling_left(batches, ["d0@b", "d1@c"]) == []
-
-
-@pytest.mark.parametrize(
-    "previous, previous_env, left",
-    [
-        ("/etc/systemd/system/d1.service.1~", "", True),  # unit file changed
-        ("", "/etc/sglang/d1.env.1~", True),  # only its secrets changed: the environment file goes back
-        ("", "", False),  # nothing to put back
-    ],
-)
-def test_rolling_left_puts_back_a_changed_unit_or_environment_file(previous, previous_env, left):
-    unit = {**_u("d1", "decode", "c"), "previous": previous, "previous_env": previous_env}
-    assert bool(rolling.rolling_left([[unit]], [])) is left
-
-
 def test_worker_api_key_reaches_the_worker_through_its_environment_file_only():
     plain = units.worker_units([DECODE], PLACEMENT, PROFILE, "decode", SETTINGS)[0]
     keyed = units.worker_units([DECODE], PLACEMENT, PROFILE, "decode", dict(SETTINGS, worker_api_key_set=True))[0]

@@ -22,7 +22,7 @@ DOC = REPO / "docs/variables.md"
 # Options of entry points that are the roles' own plumbing (set by another role's task, never by a user).
 PLUMBING = {
     "_sglang_units",
-    "_sglang_previous_files",
+    "_sglang_backups",
     "_sglang_started_units",
     "_sglang_restore",
     "sglang_worker_units",

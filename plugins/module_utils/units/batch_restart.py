@@ -16,7 +16,7 @@ instance at once (one thread each):
      restarting, or a stall (silent for stall_timeout seconds), ends it. The whole wait's deadline is health_timeout
      seconds from the restart; a longer wait goes on in the caller's until loop from the restart count and the
      deadline returned here;
-  4. healthy: the previous files the rollback would have read are removed (unit_files.remove).
+  4. healthy: its backup set, which the rollback would have read, is removed (unit_files.remove).
 
 Returns one result per instance: service_health's keys (healthy, unit_failed, stalled, timed_out, done, unit_state,
 reason, body, journal) plus unit, url and deadline (so a longer wait can pass the result to service_health as its
@@ -83,9 +83,10 @@ def drain_instance(entry, timeout, *, fetch, sleep, clock, poll=POLL, api_key=""
 
 def restart_one(run, entry, wait, drain_timeout, *, fetch, journal, sleep, clock, poll=POLL, remove=None,
                 health_timeout=None, stall_timeout=None, api_key=""):  # fmt: skip
-    """Drain, restart, wait and (healthy) drop the previous files of one instance. entry: the rolling plan's
-    {unit, host, health_url, previous, previous_env, previous_record, ...} (module_utils/units/rolling.py). API_KEY:
-    the workers' key, which sglang asks of /v1/loads (not of /metrics or /health)."""
+    """Drain, restart, wait and (healthy) drop the backup set of one instance. entry: the rolling plan's
+    {unit, host, health_url, backup: {unit_file, env_file, record}, ...} (module_utils/units/rolling.py; the backup
+    set of module_utils/units/unit_files.py). API_KEY: the workers' key, which sglang asks of /v1/loads (not of
+    /metrics or /health)."""
     drained = drain_instance(entry, drain_timeout, fetch=fetch, sleep=sleep, clock=clock, poll=poll, api_key=api_key)
     name = unit_actions.service(entry["unit"])
     acted = unit_actions.apply(run, [name], [name], reload=False, check=False)
@@ -94,7 +95,8 @@ def restart_one(run, entry, wait, drain_timeout, *, fetch, journal, sleep, clock
     result = service_health.wait_healthy(run, name, entry["health_url"], {}, int(wait), restarts_at_start=restarts,
                                          sleep=sleep, clock=clock, fetch=fetch, poll=poll, deadline=deadline,
                                          stall_timeout=stall_timeout)  # fmt: skip
-    previous = [entry.get(key) for key in ("previous", "previous_env", "previous_record") if entry.get(key)]
+    backup = entry.get("backup") or {}
+    previous = [backup.get(kind) for kind in ("unit_file", "env_file", "record") if backup.get(kind)]
     dropped = remove(previous) if result["healthy"] and previous and remove is not None else []
     result.update(
         unit=name,

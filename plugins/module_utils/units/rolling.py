@@ -105,32 +105,6 @@ def rolling_plan(changed, inputs):
     return batches
 
 
-def with_previous(units, previous_files, previous_env_files, host, previous_records=None):
-    """The units to roll back on HOST as restore.yml takes them: each spec with its host and the previous unit,
-    environment and record files this run kept ('' where it kept none)."""
-    return [
-        {
-            **u,
-            "host": host,
-            "previous": (previous_files or {}).get(u["unit"]) or "",
-            "previous_env": (previous_env_files or {}).get(u["unit"]) or "",
-            "previous_record": (previous_records or {}).get(u["unit"]) or "",
-        }
-        for u in units
-    ]
-
-
-def rolling_left(batches, done):
-    """The units of the batches not restarted (not in done, "unit@host"), that have a previous unit or environment
-    file to put back."""
-    return [
-        u
-        for batch in batches
-        for u in batch
-        if f"{u['unit']}@{u.get('host')}" not in done and (u.get("previous") or u.get("previous_env"))
-    ]
-
-
 def env_file_value(text):
     """'"a\\"b"' -> 'a"b': undo the quoting of roles/sglang/templates/sglang.env.j2 (\\ " ` $ escaped)."""
     text = str(text or "")

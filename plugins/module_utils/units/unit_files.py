@@ -5,8 +5,20 @@ directories per unit): each unit's environment file (secrets), unit file and rec
 tests/unit/test_unit_files.py.
 
     write(files, dirs, check, fs, absent)
-    remove(paths, check)            the paths of PATHS that existed, removed
                                     {files: [{path, kind, unit, changed, backup_file?}], diff, removed, changed}
+    remove(paths, check)            the paths of PATHS that existed, removed
+    deploy_files(deploy, unit_dir, record_dir)
+                                    the three files of each unit {spec, unit_file, env_file} as write takes them
+    backup_sets(files)              {unit: {unit_file, env_file, record}}: each unit's one backup set
+    deployed(deploy, result, rule)  what the units step needs from a write: the changed kinds, the backup sets, the
+                                    restart rule's answer, the units to wait for and those the rolling step restarts
+    restore(entries, unit_dir, record_dir, fs)
+                                    each unit's backup set put back where it came from (the rollback)
+    drop(sets, check)               the backups of the sets removed
+
+One backup set per unit: the previous unit file, environment file and record a write kept ("" for each it kept
+none), carried as one dict from the write to the rollback (roles/sglang/tasks/wait.yml, restore.yml) or the rolling
+step (the deferred units), put back by restore and dropped by drop.
 
 A file is changed when its content, mode or owner differ; a changed file that existed keeps a backup (the name
 ansible's own backup gives: PATH.PID.DATE@TIME~, which systemd ignores) for the rollback; a file is written whole
@@ -15,9 +27,16 @@ Files marked secret are never put in a diff.
 """
 
 import grp
+import json
 import os
 import pwd
 import stat
+
+from ansible_collections.disagg.sglang.plugins.module_utils.units import rolling, units
+
+# the kinds of a unit's files, in the order a write lists them, with their mode (root's)
+KINDS = {"unit_file": "0644", "record": "0644", "env_file": "0600"}
+NO_BACKUP = dict.fromkeys(("unit_file", "env_file", "record"), "")
 
 
 def _owner_differs(st, owner, group):
@@ -131,8 +150,97 @@ def env_file_specs(units, texts):
     ]  # fmt: skip
 
 
-def of_kind(result, kind):
-    """unit_files' answer for one kind of file, shaped as a registered loop: {changed, results: [{item: {unit},
-    changed, backup_file?}]} (units_changed.yml reads the previous files and the changed units from it)."""
-    files = [f for f in (result or {}).get("files", []) if f.get("kind") == kind]
-    return {"changed": any(f["changed"] for f in files), "results": files}
+def record_text(spec, unit_dir):
+    """The record of SPEC as the units step writes it: units.record as Ansible's to_nice_json(sort_keys=true) puts
+    it, with one newline at the end."""
+    return json.dumps(units.record(spec, unit_dir), indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
+
+
+def deploy_files(deploy, unit_dir, record_dir):
+    """The files of each unit of DEPLOY ({spec, unit_file, env_file}: the texts rendered on the controller) as write
+    takes them: its unit file and record (file_specs), then every unit's environment file (env_file_specs), secret."""
+    texts = {d["spec"]["unit"]: {"unit_file": d["unit_file"], "env_file": d["env_file"],
+                                 "record": record_text(d["spec"], unit_dir)} for d in deploy}  # fmt: skip
+    specs = [d["spec"] for d in deploy]
+    return file_specs([s["unit"] for s in specs], texts, unit_dir, record_dir) + [
+        {**f, "secret": True} for f in env_file_specs(specs, texts)
+    ]
+
+
+def backup_sets(files):
+    """{unit: {unit_file, env_file, record}} of the units a write changed a file of: the backup each changed file kept
+    ("" where it kept none: a new file, or an unchanged one)."""
+    sets = {}
+    for f in files:
+        if f["changed"] and f.get("kind") in KINDS:
+            unit = f["item"]["unit"]
+            sets.setdefault(unit, dict(NO_BACKUP))[f["kind"]] = f.get("backup_file") or ""
+    return sets
+
+
+def deployed(deploy, result, rule=None):
+    """What the units step needs from a write of DEPLOY (result: write's answer), in one answer:
+    kinds_changed: the kinds of file that changed; backups: {unit: backup set} of the units restarted now (not
+    deferred); restart: rolling.restart_decision's {now, deferred, synced} (RULE: {totals, router_serving, batch,
+    records}; none without a rule, as in check mode); started: the specs to wait for (not deferred), each with its
+    backup set; deferred: the specs the rolling step restarts, each with its backup set."""
+    files = result["files"]
+    specs = [d["spec"] for d in deploy]
+    changed = [f["item"]["unit"] for kind in ("unit_file", "env_file") for f in files
+               if f["changed"] and f["kind"] == kind]  # fmt: skip
+    new = [f["item"]["unit"] for f in files if f["changed"] and f["kind"] == "unit_file" and "backup_file" not in f]
+    env_changed = [f["item"]["unit"] for f in files if f["changed"] and f["kind"] == "env_file"]
+    if rule is None:
+        restart = {"now": [], "deferred": [], "synced": []}
+    else:
+        restart = rolling.restart_decision(specs, changed, new, {**rule, "env_changed": env_changed})
+    sets = backup_sets(files)
+    deferred = set(restart["deferred"])
+    return {
+        "kinds_changed": [kind for kind in KINDS if any(f["changed"] and f["kind"] == kind for f in files)],
+        "backups": {unit: backup for unit, backup in sets.items() if unit not in deferred},
+        "restart": restart,
+        "started": [{**s, "backup": sets.get(s["unit"], dict(NO_BACKUP))} for s in specs if s["unit"] not in deferred],
+        "deferred": [{**s, "backup": sets.get(s["unit"], dict(NO_BACKUP))} for s in specs if s["unit"] in deferred],
+    }
+
+
+def restore(entries, unit_dir, record_dir, fs, owner="root"):
+    """Puts each entry's backup set back ({unit, environment_file, backup: {unit_file, env_file, record}}): each
+    backup kept is copied back over the file it came from, root's, with its kind's mode. Returns {restored: [path],
+    records: {unit: the previous record, {} where none was kept}} (the rollback waits at the previous record's health
+    URL). fs: as write's (replace(tmp, path)); owner: the files' owner and group (None: left as written)."""
+    restored, records = [], {}
+    for entry in entries:
+        backup = entry.get("backup") or {}
+        dest = {"unit_file": f"{unit_dir}/{entry['unit']}.service", "env_file": entry.get("environment_file"),
+                "record": f"{record_dir}/{entry['unit']}.json"}  # fmt: skip
+        records[entry["unit"]] = {}
+        for kind, mode in KINDS.items():
+            source = backup.get(kind)
+            if not source or not dest[kind]:
+                continue
+            with open(source, "rb") as handle:
+                content = handle.read()
+            if kind == "record":
+                try:
+                    records[entry["unit"]] = json.loads(content)
+                except ValueError:
+                    records[entry["unit"]] = {}
+            tmp = f"{dest[kind]}.disagg-tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(content)
+            fs["replace"](tmp, dest[kind])
+            _set_attrs(dest[kind], mode, owner, owner)
+            restored.append(dest[kind])
+    return {"restored": restored, "records": records}
+
+
+def drop(sets, check=False):
+    """Removes the backups of SETS (backup sets, or entries carrying one as `backup`) that exist; returns those."""
+    paths = []
+    for item in sets or []:
+        backup = item.get("backup", item) if isinstance(item, dict) else {}
+        paths += [backup.get(kind) for kind in NO_BACKUP if backup.get(kind)]
+    return remove(paths, check)
