@@ -10,15 +10,6 @@ rolling = Lazy("units.rolling")
 rules = Lazy("plan.rules")
 
 
-def connect_targets(worker_specs):
-    """[{unit, host, address, port}] that the router dials, from the worker specs."""
-    return cluster_rules.connect_targets(list(worker_specs))
-
-
-def deployment_bind_problems(worker_specs, bind_outcomes):
-    """The bind problems of every worker host from the outcomes each host found (see
-    cluster_rules.deployment_bind_problems)."""
-    return cluster_rules.deployment_bind_problems(list(worker_specs or []), dict(bind_outcomes or {}))
 
 
 def rolling_plan(changed, inputs):
@@ -29,11 +20,6 @@ def rolling_plan(changed, inputs):
 def role_totals(worker_specs):
     """{role: instances in the deployment}."""
     return rolling.role_totals(list(worker_specs))
-
-
-def health_services(specs, restarts):
-    """What the health wait polls for the started units (see rolling.health_services)."""
-    return rolling.health_services(list(specs or []), dict(restarts or {}))
 
 
 def retire_problems(retired, totals, retire_roles):
@@ -49,11 +35,8 @@ def env_file_value(text):
 class FilterModule:
     def filters(self):
         return {
-            "connect_targets": connect_targets,
-            "deployment_bind_problems": deployment_bind_problems,
             "rolling_plan": rolling_plan,
             "role_totals": role_totals,
-            "health_services": health_services,
             "env_file_value": env_file_value,
             "retire_problems": retire_problems,
         }

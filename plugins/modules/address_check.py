@@ -12,6 +12,10 @@ extends_documentation_fragment: [disagg.sglang.module]
 description:
   - With O(bind), checks that each address is one of this host's own, so a listener can bind it. Workers on a
     host other than the router's bind to their advertise address.
+  - With O(workers), the worker specs of the deployment - their C(url)s are the targets the router dials (added to
+    O(connect)), and each worker host's bind addresses are checked against what that host found
+    (O(bind_outcomes)); an address its host did not try is named too (module_utils/plan/cluster_rules.py
+    C(connect_targets), C(deployment_bind_problems)).
   - With O(connect), opens a TCP connection to each target. A connection or a refusal means the host answered
     (on a first run nothing listens yet); a timeout, no route or an unresolvable name is a problem.
   - With O(http), sends a GET to each URL from this host and returns its status (the router's plan asks its own
@@ -30,6 +34,16 @@ options:
     type: list
     elements: dict
     default: []
+  workers:
+    description: Worker specs (C({unit, host, url, flags})) whose URLs to connect to and whose bind addresses to check.
+    type: list
+    elements: dict
+    default: []
+  bind_outcomes:
+    description: "C({host: {address: outcome}}) - what each worker host found when it tried its bind addresses
+      (its preflight look, plugins/modules/host_look.py)."
+    type: dict
+    default: {}
   http:
     description: URLs to GET; their HTTP status comes back in RV(http), 0 where nothing answered.
     type: list
@@ -100,6 +114,8 @@ from ansible_collections.disagg.sglang.plugins.module_utils.units import service
 ARGUMENT_SPEC = {
     "bind": {"type": "list", "elements": "str", "default": []},
     "connect": {"type": "list", "elements": "dict", "default": []},
+    "workers": {"type": "list", "elements": "dict", "default": []},
+    "bind_outcomes": {"type": "dict", "default": {}},
     "http": {"type": "list", "elements": "str", "default": []},
     "paths": {"type": "list", "elements": "path", "default": []},
     "name": {"type": "str", "default": "this host"},
@@ -112,10 +128,10 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, **MODULE_OPTIONS)
     p = module.params
     bind = {address: cluster_rules.bind_outcome(address) for address in p["bind"]}
-    connect = [
-        dict(t, outcome=cluster_rules.connect_outcome(t["address"], t["port"], p["timeout"])) for t in p["connect"]
-    ]
-    problems = cluster_rules.bind_problems(p["name"], bind)
+    targets = list(p["connect"]) + cluster_rules.connect_targets(p["workers"])
+    connect = [dict(t, outcome=cluster_rules.connect_outcome(t["address"], t["port"], p["timeout"])) for t in targets]
+    problems = cluster_rules.deployment_bind_problems(p["workers"], p["bind_outcomes"])
+    problems += cluster_rules.bind_problems(p["name"], bind)
     problems += cluster_rules.connect_problems(p["name"], connect)
     http = {url: service_health.fetch(url)[0] or 0 for url in p["http"]}
     exists = {path: os.path.exists(path) for path in p["paths"]}

@@ -39,6 +39,17 @@ options:
         RV(unit_failed) when none is still waiting but some failed, RV(done) when none is still waiting.
     type: list
     elements: dict
+  specs:
+    description:
+      - As O(services), from the unit specs the units step started (each C({unit, role, health_url,
+        expected_workers})), as roles/sglang/tasks/wait.yml hands them over - a router waits until its readiness
+        counts its C(expected_workers) healthy; each spec is returned as the C(item) of its result
+        (module_utils/units/rolling.py C(health_services)).
+    type: list
+    elements: dict
+  restarts:
+    description: "With O(specs), C({unit.service: NRestarts}) when the whole wait began (as the units step left them)."
+    type: dict
   expect_json:
     description:
       - "Keys of the JSON response and the smallest value each must reach, e.g. C({healthy_workers: 2})."
@@ -141,12 +152,15 @@ services:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.disagg.sglang.plugins.module_utils.units.rolling import health_services
 from ansible_collections.disagg.sglang.plugins.module_utils.units.service_health import journal_tail, wait_all
 
 ARGUMENT_SPEC = {
     "unit": {"type": "str"},
     "url": {"type": "str"},
     "services": {"type": "list", "elements": "dict"},
+    "specs": {"type": "list", "elements": "dict"},
+    "restarts": {"type": "dict"},
     "expect_json": {"type": "dict"},
     "wait": {"type": "int", "default": 10},
     "deadline": {"type": "float"},
@@ -156,9 +170,9 @@ ARGUMENT_SPEC = {
 }
 MODULE_OPTIONS = {
     "supports_check_mode": True,
-    "required_one_of": [["unit", "services"]],
+    "required_one_of": [["unit", "services", "specs"]],
     "required_together": [["unit", "url"]],
-    "mutually_exclusive": [["unit", "services"]],
+    "mutually_exclusive": [["unit", "services", "specs"]],
 }
 
 
@@ -172,8 +186,9 @@ def main():
     def journal(unit):
         return journal_tail(run, unit, params["journal_lines"])
 
-    if params["services"] is not None:
-        services = [{**s, "expect": s.get("expect") or {}} for s in params["services"]]
+    asked = params["services"] if params["specs"] is None else health_services(params["specs"], params["restarts"])
+    if asked is not None:
+        services = [{**s, "expect": s.get("expect") or {}} for s in asked]
         results = wait_all(run, services, params["wait"], journal=journal, poll=params["poll"],
                            deadline=params["deadline"], stall_timeout=params["stall_timeout"])  # fmt: skip
         module.exit_json(

@@ -250,3 +250,31 @@ def test_the_record_scan_reads_every_record_names_an_unreadable_one_and_skips_ba
     missing = subprocess.run([sys.executable, "-c", script, str(tmp_path / "none")], capture_output=True, text=True,
                              check=True)  # fmt: skip
     assert json.loads(missing.stdout) == {}
+
+
+def test_the_address_check_module_dials_the_workers_urls_and_names_their_hosts_bind_problems(monkeypatch, capsys):
+    """The router's plan hands address_check the worker specs and what each worker host found binding its address:
+    the module connects to each spec's URL and names a bind address its host could not bind, bind problems first."""
+    from ansible.module_utils import testing  # noqa: PLC0415
+    from ansible_collections.disagg.sglang.plugins.modules import address_check  # noqa: PLC0415
+
+    dialed = []
+
+    def outcome(address, port, timeout=3.0):
+        dialed.append((address, port))
+        return "refused" if address == "10.0.0.2" else "timeout"
+
+    monkeypatch.setattr(cluster_rules, "connect_outcome", outcome)
+    specs = [
+        {"unit": "p0", "host": "a", "url": "http://10.0.0.2:30000", "flags": {"host": "10.0.0.2"}},
+        {"unit": "d0", "host": "b", "url": "http://[fd00::3]:30001", "flags": {"host": "fd00::3"}},
+    ]
+    bind = {"a": {"10.0.0.2": "ok"}, "b": {"fd00::3": "not an address of this host"}}
+    with testing.patch_module_args({"workers": specs, "bind_outcomes": bind, "name": "r"}), pytest.raises(SystemExit):
+        address_check.main()
+    out = json.loads(capsys.readouterr().out)
+    assert dialed == [("10.0.0.2", 30000), ("fd00::3", 30001)]
+    assert [c["outcome"] for c in out["connect"]] == ["refused", "timeout"]
+    assert len(out["problems"]) == 2
+    assert out["problems"][0].startswith("sglang_advertise_address fd00::3 of b: not an address of this host.")
+    assert out["problems"][1].startswith("d0 on b: the router host r cannot reach fd00::3:30001 (timeout).")

@@ -180,8 +180,8 @@ RULES_TESTED_ELSEWHERE = {
     "cluster_rules.bind_problems": "the address_check module on the hosts: tests/unit/test_cluster_rules.py, and "
     "tests/integration/test_multihost.py on three sandbox hosts",
     "cluster_rules.connect_problems": "the address_check module on the router host: tests/unit/test_cluster_rules.py",
-    "cluster_rules.deployment_bind_problems": "each worker host's look (host_look's bind) read once by the router's "
-    "plan: tests/unit/test_host_look.py",
+    "cluster_rules.deployment_bind_problems": "each worker host's look (host_look's bind), read once by the "
+    "router host's address_check: tests/unit/test_host_look.py, tests/unit/test_cluster_rules.py",
     "rules.retire_problems": "deployment-wide, on the records the hosts hold: tests/unit/test_cluster_rules.py",
     "rules.no_gpu_problems": "the topology facts, not the inventory: "
     "test_a_worker_host_showing_no_gpu_is_named_with_why",

@@ -175,6 +175,22 @@ def test_module_healthy_reads_no_journal(monkeypatch, capsys, server):
     assert "journalctl" not in calls
 
 
+def test_the_module_waits_for_the_started_unit_specs_as_the_units_step_hands_them(monkeypatch, capsys, server):
+    """wait.yml passes the specs it started and the restart counts the units step left (no filter between): a router
+    waits for its readiness to count its expected workers, each result carries its spec as item."""
+
+    def run_command(self, argv, **kwargs):
+        return 0, "ActiveState=active\nSubState=running\nNRestarts=2\n", ""
+
+    monkeypatch.setattr(module.AnsibleModule, "run_command", run_command)
+    router = {"unit": "sglang-router", "role": "router", "health_url": server + "/readiness", "expected_workers": 2}
+    rc, out = run_module({"specs": [router], "restarts": {"sglang-router.service": 2}}, capsys)
+    [result] = out["services"]
+    assert (rc, out["healthy"], result["item"]) == (0, True, router)
+    rc, out = run_module({"specs": [{**router, "expected_workers": 3}], "wait": 1, "poll": 0.2}, capsys)
+    assert (rc, out["healthy"], out["services"][0]["reason"]) == (0, False, "healthy_workers is 2, waiting for 3")
+
+
 def test_services_of_a_host_are_waited_for_at_once_each_with_its_own_outcome():
     """Three services whose health answers take 0.3 s each: one wait of them takes about one answer, not three; a
     crashed one is named failed with its journal, the others keep their own outcome and their item."""
