@@ -86,6 +86,12 @@ role_totals:
   returned: success
   type: dict
   sample: {prefill: 2, decode: 2}
+retire_problems:
+  description: A run that would retire every instance of a role that C(sglang_retire_roles) does not name, each a
+    message naming the fix (the preflight's last play asserts it, after the router's plan).
+  returned: success
+  type: list
+  elements: str
 cli_checks:
   description:
     - One group per program (python, module), each C({python, module, delegate, hosts, units, argvs, owners}), for

@@ -196,14 +196,6 @@ def test_worker_api_key_reaches_the_worker_through_its_environment_file_only():
     assert keyed["lines"] == plain["lines"]  # never on the command line
 
 
-@pytest.mark.parametrize(
-    ("line", "value"),
-    [('"abc"', "abc"), ('"a\\"b\\\\c\\$d\\`e"', 'a"b\\c$d`e'), ('"-lead"', "-lead"), ("", "")],
-)
-def test_env_file_value_undoes_the_env_template_quoting(line, value):
-    assert rolling.env_file_value(line) == value
-
-
 D1 = {"unit": "sglang-decode1", "role": "decode", "host": "h4"}
 D0 = {"unit": "sglang-decode0", "role": "decode", "host": "h3"}
 
@@ -278,3 +270,24 @@ def test_the_address_check_module_dials_the_workers_urls_and_names_their_hosts_b
     assert len(out["problems"]) == 2
     assert out["problems"][0].startswith("sglang_advertise_address fd00::3 of b: not an address of this host.")
     assert out["problems"][1].startswith("d0 on b: the router host r cannot reach fd00::3:30001 (timeout).")
+
+
+def test_the_deployment_plan_counts_each_roles_instances_and_refuses_retiring_a_whole_role(monkeypatch):
+    """disagg.sglang.deployment_plan joins the hosts' plans once: the role totals the restart rule and the rolling
+    step read, and the retire check (rules.retire_problems) on every host's retired units, with sglang_retire_roles,
+    which the preflight's last play asserts."""
+    from ansible_collections.disagg.sglang.plugins.action.deployment_plan import deployment_plan  # noqa: PLC0415
+    from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan  # noqa: PLC0415
+
+    gone = {"unit": "sglang-decode0", "role": "decode", "host": "b"}
+    looks = {
+        "a": {"plan": {"units": [{"unit": "p0", "role": "prefill"}, {"unit": "p1", "role": "prefill"}]}},
+        "b": {"plan": {"units": [], "retired": [gone]}},
+    }
+    monkeypatch.setattr(plan, "pd_problems", lambda specs, inputs: [])  # the KV agreement: tests/unit/test_kv_rules.py
+    monkeypatch.setattr(plan, "cli_check_groups", lambda units, ready, deployed: [])
+    found = deployment_plan(looks, [], 1)
+    assert found["role_totals"] == {"prefill": 2} and found["retired"] == [gone]
+    [problem] = found["retire_problems"]
+    assert "would retire every deployed one (sglang-decode0@b)" in problem
+    assert deployment_plan(looks, [], 1, ["decode"])["retire_problems"] == []

@@ -42,6 +42,10 @@ def deployment_plan(tmp_path, looks):
     return head.strip(), json.loads(body)
 
 
+# a retired unit's record, as host_plan returns it (rolling.retired)
+OLD = {"unit": "sglang-old0", "role": "decode", "host": "g2"}
+
+
 def looks_of(workers):
     """Two worker hosts of the same venv: g1 has it, g2 not yet; g2's decode was checked before (its record); r1 (a
     router host) did not plan workers."""
@@ -52,7 +56,7 @@ def looks_of(workers):
     return {
         "g1": {"plan": {"units": g1, "retired": []}, "records": {}, "exists": {python: True}, "bind": {},
                "lines": ["sglang-prefill0: GPUs 0"]},
-        "g2": {"plan": {"units": g2, "retired": ["sglang-old0"]}, "records": {g2[1]["unit"]: record},
+        "g2": {"plan": {"units": g2, "retired": [OLD]}, "records": {g2[1]["unit"]: record},
                "exists": {python: False}, "bind": {}},
         "r1": {},
     }  # fmt: skip
@@ -64,7 +68,9 @@ def test_the_deployment_is_joined_once_with_its_totals_and_one_flag_check_per_pr
     assert status == "localhost | SUCCESS" and result["changed"] is False, result
     joined = json.loads(json.dumps(plan.deployment(looks)))
     assert {key: result[key] for key in joined} == joined
-    assert result["retired"] == ["sglang-old0"] and list(result["lines"]) == ["g1"]
+    assert result["retired"] == [OLD] and list(result["lines"]) == ["g1"]
+    # a decode retired while the deployment keeps two: the retire check says nothing
+    assert result["retire_problems"] == []
     assert result["role_totals"] == {"prefill": 2, "decode": 2} and result["pd_problems"] == []
     # one group for the one venv, run on g1 (it has the venv), g2's decode left out (its record says it was checked)
     [group] = result["cli_checks"]

@@ -14,8 +14,6 @@ A batch that does not become healthy is rolled back instance by instance (previo
 into the router; the remaining batches are left alone and the run fails.
 """
 
-import re
-
 ROLE_ORDER = {"prefill": 0, "decode": 1}
 
 
@@ -103,14 +101,6 @@ def rolling_plan(changed, inputs):
         size = max(1, min(batch, totals.get(role, len(units)) - 1))
         batches += [units[i : i + size] for i in range(0, len(units), size)]
     return batches
-
-
-def env_file_value(text):
-    """'"a\\"b"' -> 'a"b': undo the quoting of roles/sglang/templates/sglang.env.j2 (\\ " ` $ escaped)."""
-    text = str(text or "")
-    if len(text) >= 2 and text[0] == text[-1] == '"':
-        text = text[1:-1]
-    return re.sub(r"\\(.)", r"\1", text)
 
 
 def health_services(specs, restarts):
