@@ -17,6 +17,12 @@ The last test pushes a decode configuration that fails at start-up (with no traf
 must fail with decode's journal, and the previous unit must be back, active with the previous configuration,
 and a batch of 100 requests sent as soon as the run has returned must all succeed.
 
+Each fault is also judged by what the services recorded (tests/integration/faults.py): the prefill's own /metrics
+KV gauges back at idle after the fault, the time to recovery within faults.RECOVERY_BOUND, and fail fast: with a 30 s
+client timeout no request ends later than faults.FAIL_FAST_S (15 s) after it was sent, except the requests in flight
+at a fault of faults.KNOWN_HANGS (measured, with the router or double source that keeps them). A prefill frozen with
+SIGSTOP for 40 s under load through SMG is judged the same way, and a decode's kill -9 again through SMG.
+
 The counts and times of each fault are printed (also under `make test`, bypassing output capture).
 """
 
@@ -28,6 +34,7 @@ import time
 
 import faults
 import pytest
+import yaml
 from sandbox_hosts import REPO, VENV_BIN, down, run, ssh_config, up, write_inventory
 
 SANDBOX = "pytest-faults"
@@ -45,11 +52,18 @@ QUICK = {
 # recovery. (load.py spaces starts from the last one: the seconds the 16 spent on timeouts are not made up for
 # later, so the load usually ends at its deadline with fewer than 1400 sent.)
 FAULT_REQUESTS, FAULT_DEADLINE = 1400, 80
-FAULT_LOAD = ["run", "--requests", str(FAULT_REQUESTS), "--concurrency", "16", "--rate", "20", "--timeout", "10",
-              "--deadline", str(FAULT_DEADLINE), "--readiness"]  # fmt: skip
+# The client's timeout (faults.FAULT_CLIENT_TIMEOUT, 30 s) is longer than the fail-fast bound (faults.FAIL_FAST_S,
+# 15 s): a request the fault touched must end before it, served or with an error; none waits the client's timeout out.
+FAULT_CONCURRENCY = 16
+FAULT_LOAD = ["run", "--requests", str(FAULT_REQUESTS), "--concurrency", str(FAULT_CONCURRENCY), "--rate", "20",
+              "--timeout", str(faults.FAULT_CLIENT_TIMEOUT), "--deadline", str(FAULT_DEADLINE),
+              "--readiness"]  # fmt: skip
 AFTER_LOAD = ["run", "--requests", "100", "--concurrency", "16", "--timeout", "10", "--deadline", "30"]
 KILL_AFTER = 2.0  # seconds into the load
 READY_TIMEOUT = 120  # the router's circuit breaker alone holds requests off for about 60 s
+PREFILL_PORT = yaml.safe_load((REPO / "inventories/sandbox/group_vars/prefill.yml").read_text())[
+    "sglang_prefill_instances"
+][0]["port"]
 
 pytestmark = pytest.mark.usefixtures("sandbox_root")  # not root: fails, never skips (conftest.py)
 
@@ -109,6 +123,19 @@ def guest_now(host):
     return float(on_host(host, "date +%s.%N").stdout)
 
 
+def prefill_metrics(host):
+    """The prefill's own /metrics text, or None when it did not answer."""
+    proc = on_host(host, f"curl -sf --noproxy '*' -m 5 http://127.0.0.1:{PREFILL_PORT}/metrics", check=False)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def assert_kv_idle(host):
+    """The prefill's KV back at idle by what it records itself (faults.wait_kv_idle); returns the seconds waited."""
+    idle, waited, reading = faults.wait_kv_idle(lambda: prefill_metrics(host))
+    assert idle, f"the prefill's KV is not back at idle {waited} s after the load: {reading}"
+    return waited
+
+
 def split_errors(result, kill_at, ready_at):
     """Requests of a load and their errors by phase: "before" (ended before the kill), "during" (in flight at
     the kill or started before the deployment was ready again), "after" (started once it was ready)."""
@@ -135,6 +162,11 @@ def phase_text(phase):
     "unit", ["sglang-decode0", "sglang-prefill0", "sglang-router"], ids=lambda u: u.removeprefix("sglang-")
 )
 def test_kill_9_under_load_recovers_and_then_nothing_fails(host, unit, capsys):
+    kill_9_under_load(host, unit, capsys, "sglang_router")
+
+
+def kill_9_under_load(host, unit, capsys, router):
+    """kill -9 of UNIT mid-load through ROUTER (the sglang_router_impl deployed now), judged as the docstring says."""
     wait_ready(host)  # a clean start: the previous fault is over
     restarts = int(unit_state(host, unit)["NRestarts"])
     if unit != "sglang-router":  # the real router starts as fast as it does; a worker loads its weights first
@@ -171,6 +203,8 @@ def test_kill_9_under_load_recovers_and_then_nothing_fails(host, unit, capsys):
     result = json.loads(out)
     split = split_errors(result, kill_at, ready["at"])
     cost = faults.summary(result, kill_at, ready["at"])
+    kv_idle_s = assert_kv_idle(host)  # before any other load: the KV the fault's requests held is gone
+    late = faults.late_requests(result)
     after = load(host, *AFTER_LOAD)
 
     readiness = " ".join(f"{t:+.1f}s:{seen}" for t, seen in result["readiness"])
@@ -184,9 +218,13 @@ def test_kill_9_under_load_recovers_and_then_nothing_fails(host, unit, capsys):
         f"Next batch: {ok_text(after)}. "
         f"/readiness during the load (s from its start): {readiness}",
     )
-    report(capsys, f"kill -9 {unit} (no redundancy): {cost['failed']}/{cost['sent']} failed, the last one started "
-                   f"{cost['last_failure_s']} s after the kill; ready again after {cost['recovery_s']} s")  # fmt: skip
-    faults.record(f"kill -9 {unit.removeprefix('sglang-')}", "1P1D (none)", cost)
+    report(capsys, f"kill -9 {unit} through {router} (no redundancy): {cost['failed']}/{cost['sent']} failed, "
+                   f"the last one started "
+                   f"{cost['last_failure_s']} s after the kill; the longest request took "
+                   f"{faults.latest_end_s(result)} s "
+                   f"({len(late)} over {faults.FAIL_FAST_S:.0f} s); ready again after {cost['recovery_s']} s; "
+                   f"the prefill's KV at idle {kv_idle_s} s after the load")  # fmt: skip
+    faults.record(f"kill -9 {unit.removeprefix('sglang-')} ({router})", "1P1D (none)", cost)
     # it ran to its end: every request sent, or starts until its deadline (a gap of 5 s at most, for 16
     # requests that were all waiting on their 10 s timeout)
     last_start = max(start for start, _end, _status in result["timeline"])
@@ -196,6 +234,13 @@ def test_kill_9_under_load_recovers_and_then_nothing_fails(host, unit, capsys):
     assert split["after"]["requests"] > 0, "the load ended before the deployment was ready again: nothing tested after"
     role = unit.removeprefix("sglang-").rstrip("0123456789")
     assert faults.over_budget(cost, role, False) == [], faults.over_budget(cost, role, False)
+    assert faults.recovery_problems(cost, role) == [], faults.recovery_problems(cost, role)
+    if (router, role) in faults.KNOWN_HANGS:
+        assert faults.hang_problems(result, kill_at, FAULT_CONCURRENCY) == [], faults.hang_problems(
+            result, kill_at, FAULT_CONCURRENCY
+        )
+    else:
+        assert late == [], f"requests ended later than {faults.FAIL_FAST_S} s after they were sent: {late[:20]}"
     if unit != "sglang-router":
         assert cost["recovery_s"] > faults.STARTUP_DELAY, f"{unit} served again before its weights loaded: {cost}"
     assert not split["before"]["errors"], f"requests failed before the kill: {split['before']}"
@@ -272,6 +317,8 @@ def test_a_decode_push_that_fails_rolls_back_and_keeps_serving(host, capsys, fai
             f"batch right after the run: {ok_text(batch)}",
         )
         assert batch["total"] == 100 and batch["ok"] == 100, f"requests failed after the rollback: {batch['errors']}"
+        kv_idle_s = assert_kv_idle(host)
+        report(capsys, f"broken decode push ({failure}): the prefill's KV at idle {kv_idle_s} s after the batch")
     finally:
         if unit_sha256(host, unit) != before:  # no rollback happened: put the deployment back for what follows
             run([str(VENV_BIN / "ansible-playbook"), "-i", host["inventory"], "site.yml", "-e", f"@{host['quick']}"],
@@ -307,3 +354,83 @@ def test_smg_in_front_of_1p1d_takes_a_burst_of_64_without_a_503(host, capsys):
     assert burst["total"] == 64 and burst["ok"] == 64 and burst["errors"] == {}, burst["errors"]
     assert longest > 64 * 0.2 * 0.8, "the prefill never queued: the burst proved nothing"
     assert shed and not any(shed.values()), f"SMG shed requests for overload: {shed}"
+
+
+# Issue 37: a prefill frozen (SIGSTOP, as a wedged host or a stopped scheduler) for FREEZE_S under load through the
+# router. sglang 0.5.23's decode fails the rooms of a prefill that stops answering its heartbeat in about 10 s
+# (sglang/srt/disaggregation/common/conn.py: SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL 5 s x _MAX_FAILURE 2), so no
+# request should end later than faults.FAIL_FAST_S after it was sent (none waits out the client's 30 s; through SMG
+# 1.13 the requests in flight at the freeze still do: faults.KNOWN_HANGS says why); after SIGCONT the
+# router routes to every worker again within FREEZE_RECOVERY_BOUND s and the prefill's KV is back at idle.
+FREEZE_S = 40.0
+FREEZE_AFTER = 2.0
+FREEZE_DEADLINE = FREEZE_AFTER + FREEZE_S + 20  # no request starts later: the load spans the freeze and what follows
+FREEZE_LOAD = ["run", "--requests", "1400", "--concurrency", "16", "--rate", "20",
+               "--timeout", str(faults.FAULT_CLIENT_TIMEOUT), "--deadline", str(FREEZE_DEADLINE)]  # fmt: skip
+FREEZE_RECOVERY_BOUND = 45.0  # SIGCONT -> every worker routed again: the router's health checks pass again
+
+
+@pytest.mark.parametrize("router", ["smg"])
+def test_a_prefill_frozen_for_40_s_under_load_fails_no_request_later_than_15_s(host, capsys, router):
+    run([str(VENV_BIN / "ansible-playbook"), "-i", host["inventory"], "site.yml",
+         "-e", json.dumps({**QUICK, "sglang_router_impl": router})])  # fmt: skip
+    wait_ready(host)
+    unit = "sglang-prefill0"
+    loader = subprocess.Popen(
+        [*host["ssh"], shlex.join(["python3", GUEST_LOAD, *FREEZE_LOAD])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    cont_at = None
+    try:
+        time.sleep(FREEZE_AFTER)
+        stop_at = float(on_host(host, f"date +%s.%N; systemctl kill --signal=SIGSTOP {unit}.service").stdout)
+        time.sleep(FREEZE_S)
+        cont_at = float(on_host(host, f"date +%s.%N; systemctl kill --signal=SIGCONT {unit}.service").stdout)
+        ready = wait_ready(host)
+        out, err = loader.communicate(timeout=FREEZE_DEADLINE + faults.FAULT_CLIENT_TIMEOUT + 60)
+    finally:
+        if cont_at is None:
+            on_host(host, f"systemctl kill --signal=SIGCONT {unit}.service", check=False)
+        if loader.poll() is None:
+            loader.kill()
+            loader.communicate()
+    assert loader.returncode == 0, f"load failed ({loader.returncode}): {out}\n{err}"
+    result = json.loads(out)
+    t0 = result["t0"]
+    frozen = [r for r in result["timeline"] if stop_at <= t0 + r[0] < cont_at]
+    touched = [r for r in result["timeline"] if t0 + r[0] < cont_at and t0 + r[1] > stop_at]
+    late = faults.late_requests({"timeline": touched})
+    kv_idle_s = assert_kv_idle(host)
+    recovery_s = round(ready["at"] - cont_at, 1)
+    failed = [r for r in touched if r[2] != "200"]
+    report(capsys, f"SIGSTOP {unit} for {FREEZE_S:.0f} s through {router}: {len(result['timeline'])} sent, "
+                   f"{len(touched)} touched by the freeze ({len(frozen)} sent during it), {len(failed)} of them failed "
+                   f"{result['errors']}; the longest touched took {faults.latest_end_s({'timeline': touched})} s "
+                   f"({len(late)} over {faults.FAIL_FAST_S:.0f} s); every worker routed again {recovery_s} s after "
+                   f"SIGCONT ({ready['at'] - stop_at:.1f} s after SIGSTOP); the prefill's KV at idle {kv_idle_s} s "
+                   "after the load")  # fmt: skip
+    faults.record(
+        f"SIGSTOP prefill {FREEZE_S:.0f} s ({router})",
+        "1P1D (none)",
+        {**faults.summary(result, stop_at, ready["at"]), "latest_end_s": faults.latest_end_s(result)},
+    )
+    assert frozen, "no request was sent during the freeze: it proved nothing"
+    if (router, "prefill-frozen") in faults.KNOWN_HANGS:  # only the requests in flight at the freeze (faults.py)
+        hung = faults.hang_problems({"t0": t0, "timeline": touched}, stop_at, FAULT_CONCURRENCY)
+        assert hung == [], hung
+    else:
+        assert late == [], f"requests the freeze touched ended later than {faults.FAIL_FAST_S} s after sent: {late}"
+    assert recovery_s <= FREEZE_RECOVERY_BOUND, f"not routed again within {FREEZE_RECOVERY_BOUND} s of SIGCONT"
+    after = load(host, *AFTER_LOAD)
+    assert after["total"] == 100 and after["ok"] == 100, f"the batch after the freeze had failures: {after['errors']}"
+
+
+def test_kill_9_of_decode_through_smg_fails_no_request_later_than_15_s(host, capsys):
+    """SMG (in place since the freeze test) cancels the prefill half when the decode half fails to connect
+    (faults.KNOWN_HANGS): the requests in flight at a decode's kill -9 end within faults.FAIL_FAST_S, unlike through
+    sglang-router 0.3.2."""
+    assert "smg.launch_router" in on_host(host, "cat /etc/systemd/system/sglang-router.service").stdout
+    assert ("smg", "decode") not in faults.KNOWN_HANGS
+    kill_9_under_load(host, "sglang-decode0", capsys, "smg")
