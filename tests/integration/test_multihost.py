@@ -458,7 +458,7 @@ def backups_and_environ(host, unit):
 # scheduler stops answering: the port takes /health and nothing answers, generations hang; sglang 0.5.23
 # http_server.py health_generate, the double's SGLANG_SIM_STALL_AFTER) is rolled back in the rolling path: the first
 # batch's instance is recognised as stalled after sglang_stall_timeout (12 s here; not at sglang_health_timeout, the
-# cluster's 30 s, which is in its unit files: changing it would restart every worker), gets its previous unit back,
+# cluster's in TEST_VARS, which its unit files carry: changing it restarts every worker), gets its previous unit back,
 # restarted, healthy, back in the router; the second batch is left alone; the run fails with one [ERROR], naming the
 # instance and its journal; no request through the router fails or hangs meanwhile (the stalled instance never
 # rejoined it); the next run with the previous inventory changes nothing.
