@@ -136,10 +136,10 @@ class Launcher:
                 "--port", str(port), "--disaggregation-mode", role, "--page-size", "256",
                 "--disaggregation-transfer-backend", "nixl", "--enable-metrics"]  # fmt: skip
         ports = {"port": port}
-        env = {
-            "SGLANG_SIM_DRAIN_POLL": "0.1",
-            **(env or {}),
-        }  # teardown's SIGTERM: a short watchdog period (sglang: 5 s)
+        # teardown's SIGTERM: a short watchdog period (sglang: 5 s) and a scheduler that exits at once after the drain
+        # (sglang: up to 15 s, the double's default): these tests are of the routers and time no engine shutdown
+        # (tests/unit/test_pdsim_drain.py does)
+        env = {"SGLANG_SIM_DRAIN_POLL": "0.1", "SGLANG_SIM_SCHEDULER_EXIT": "0", **(env or {})}
         if role == "prefill":
             ports["bootstrap"] = free_port()
             argv += ["--disaggregation-bootstrap-port", str(ports["bootstrap"])]
