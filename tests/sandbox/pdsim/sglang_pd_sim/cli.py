@@ -374,9 +374,10 @@ class Knobs:
     stall_for: float | None = None  # None: for good
     health_check_timeout: int = 20
     # "published": /metrics shows the scheduler gauges as sglang 0.5.23 publishes them (engine.py); "live": the counts
-    # at the scrape. Live stays the default until the collection's stranded-KV step stops reading "nothing running"
-    # from the gauges, which a PD prefill's published gauges never say while a room sits in its in-flight queue
-    # (issue 37, the NIXL stranding item); /v1/loads is published either way
+    # at the scrape. Live stays the default until the tests that assert a freed KV from /metrics (test_pdsim_*, the
+    # fault tests' KV-idle check) read /v1/loads instead: an idle sglang rewrites a gauge whose running count is not
+    # stale only every 30 s (metrics_reporter.py). The stranded-KV step that also needed it is gone (issue 37, the
+    # NIXL stranding item); /v1/loads is published either way
     gauges: str = "live"
     scheduler_exit: float = 15.0
     shutdown_grace: float = 15.0
