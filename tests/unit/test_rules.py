@@ -127,7 +127,6 @@ def preflight(
     if "router" in groups:
         # the router's plan as disagg.sglang.router_plan (plugins/action/router_plan.py) derives its inputs
         look = {"paths": found_paths, "listeners": found_listeners}
-        refused = []
         try:
             router_inputs = router_plan_action.router_inputs(values, v("inventory_hostname"), variables["groups"], look)
             router = plan_mod.router_plan(plan["units"], router_inputs)
