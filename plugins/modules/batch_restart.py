@@ -12,7 +12,8 @@ version_added: "0.1.0"
 extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.journal]
 description:
   - One drain for both paths that take instances out of the router - the rolling restart and the retirement of
-    instances the inventory no longer has; each instance's drain is said in one phrase (RV(services[].drain.said)).
+    instances the inventory no longer has; each instance's drain is said in one phrase (the C(said) of
+    RV(services[].drain)).
   - For each instance at once - reads its C(/metrics) and its C(/v1/loads) until both say it holds no request (the
     sglang scheduler's gauges and its load snapshot, both published snapshots, so a 0 counts only when both say so) or
     C(drain_timeout) seconds pass; restarts its unit (systemd's SIGTERM lets sglang drain what is left) and enables

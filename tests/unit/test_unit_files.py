@@ -62,8 +62,8 @@ def test_a_file_edited_by_hand_is_put_back_with_a_backup_of_the_edit(specs):
     assert unit.read_text() == "[Service]\nExecStart=/bin/true\n"
     assert open(changed[0]["backup_file"]).read() == "[Service]\nExecStart=/bin/false\n"
     # one backup set for the unit: its unit file's backup, nothing kept for the files that did not change
-    assert unit_files.backup_sets(result["files"]) == {"d0": {"unit_file": changed[0]["backup_file"], "env_file": "",
-                                                             "record": ""}}  # fmt: skip
+    want = {"d0": {"unit_file": changed[0]["backup_file"], "env_file": "", "record": ""}}
+    assert unit_files.backup_sets(result["files"]) == want
 
 
 def test_a_mode_changed_by_hand_is_put_back_without_a_rewrite(specs):
