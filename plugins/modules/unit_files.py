@@ -274,7 +274,9 @@ def main():
         files += unit_files.deploy_files(deploy, params["unit_dir"], params["record_dir"])
     result = unit_files.write(files, params["dirs"], module.check_mode, fs, params["absent"])
     result["changed"] = result["changed"] or bool(rolled.get("restored")) or bool(dropped)
-    if deploy:
+    if deploy or params["unit_dir"]:
+        # the units step's answers, empty ones too: a host whose instances all left the inventory (a scale-in of
+        # its last instance) deploys nothing and still reads kinds_changed, started and deferred
         rule = None if module.check_mode else params["restart_rule"]
         result.update(unit_files.deployed(deploy, result, rule))
     if params["restore"]:

@@ -220,3 +220,13 @@ def test_the_module_drops_backup_sets_on_their_own_without_the_units_directories
 def test_the_module_refuses_a_deploy_without_the_units_directories(tmp_path, capsys):
     rc, out = run_module({"deploy": [deploy_entry(tmp_path)]}, capsys)
     assert rc == 1 and out["msg"] == "unit_dir and record_dir are required with deploy or restore"
+
+
+def test_the_module_answers_a_host_with_no_unit_left_to_deploy(tmp_path, capsys):
+    """A scale-in of a host's last instance: the units step writes nothing and still reads what changed (nothing),
+    the units to wait for and to roll (none), as roles/sglang/tasks/units.yml does."""
+    args = {"deploy": [], "unit_dir": str(tmp_path / "units"), "record_dir": str(tmp_path / "records"),
+            "restart_rule": {"totals": {}, "router_serving": True, "batch": 1, "records": {}}}  # fmt: skip
+    rc, out = run_module(args, capsys)
+    assert rc == 0 and out["changed"] is False, out
+    assert (out["kinds_changed"], out["started"], out["deferred"]) == ([], [], []), out
