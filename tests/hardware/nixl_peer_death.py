@@ -79,11 +79,17 @@ def decode(args):
         ],
     }
     path = Path(args.dir) / "decode.json"
-    path.with_suffix(".tmp").write_text(json.dumps(offer))
-    path.with_suffix(".tmp").replace(path)
+    _publish(path, json.dumps(offer))
     while True:  # as sglang's decode listener: take notifications until killed
         agent.get_new_notifs()
         time.sleep(0.01)
+
+
+def _publish(path, text):
+    """Write a marker the other process polls for: whole or not at all (a rename), never an empty file read."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 class _Log:
@@ -159,7 +165,7 @@ def prefill(args):
                     next_room += 1
             in_flight = sum(x["state"] == "PROC" for x in live)
             if not signalled and done_before_kill >= 2 * args.rooms and in_flight:
-                (d / "inflight").write_text(str(in_flight))
+                _publish(d / "inflight", str(in_flight))
                 signalled = True
         kill_seen = time.monotonic()
         for x in live:
@@ -182,7 +188,7 @@ def prefill(args):
             for x in live
         ]
     else:
-        (d / "inflight").write_text("0")  # registered, no indices: nothing to write
+        _publish(d / "inflight", "0")  # registered, no indices: nothing to write
         while log.killed() is None:
             time.sleep(0.01)
         deadline = time.monotonic() + args.watch
@@ -251,7 +257,7 @@ def run(args):
         if args.case == "noindices":
             time.sleep(1.0)
         os.kill(dec.pid, signal.SIGKILL)
-        (Path(d) / "killed").write_text(repr(time.monotonic()))
+        _publish(Path(d) / "killed", repr(time.monotonic()))
         dec.wait()
         print(json.dumps({"event": "decode_killed", "signal": "SIGKILL", "pid": dec.pid}), flush=True)
         try:
