@@ -57,12 +57,26 @@ def detection_s():
     return checks + ROUTER_HEALTH_CHECK_TIMEOUT
 
 
-# Published peer figures, beside ours in tests/bench/error_budget.py (Dynamo's fault-tolerance suite, 1P1D).
+# Published peer figures, beside ours in tests/bench/error_budget.py: Dynamo's fault-tolerance suite
+# (ai-dynamo/dynamo tests/fault_tolerance/README.md, "Disaggregated Workers, No Redundancy": vLLM
+# disagg-p-tp-2-dp-1-d-tp-4-dp-1, 8 clients x 100 requests, one process killed each run; and "Redundant Workers
+# (Over Provisioned)": agg-tp-2-dp-4, four decode workers). Their recovery time is the README's "Recovery Time"
+# column (the kill until the killed process serves again); they publish no time of the last failure nor a count of
+# requests in flight (8 clients: at most 8). Read 2026-12 at commit 01d7aed29e9eeb4d054fce058cc5e87bae652dd6.
+DYNAMO_FT = "ai-dynamo/dynamo tests/fault_tolerance/README.md (01d7aed2)"
 PEERS = [
-    {"fault": "decode killed", "redundancy": "1P1D", "sent": 800, "failed": 600, "last_failure_s": None,
-     "recovery_s": None, "source": "Dynamo fault-tolerance suite: no recovery"},
-    {"fault": "prefill killed", "redundancy": "1P1D", "sent": None, "failed": 2, "last_failure_s": None,
-     "recovery_s": 42.0, "source": "Dynamo fault-tolerance suite"},
+    {"fault": "Dynamo: decode worker killed", "redundancy": "1P1D (none)", "sent": 800, "failed": 600,
+     "in_flight": None, "last_failure_s": None, "recovery_s": None,
+     "source": f"{DYNAMO_FT}, disaggregated, no redundancy: no recovery"},
+    {"fault": "Dynamo: prefill worker killed", "redundancy": "1P1D (none)", "sent": 800, "failed": 2,
+     "in_flight": None, "last_failure_s": None, "recovery_s": 42.31,
+     "source": f"{DYNAMO_FT}, disaggregated, no redundancy"},
+    {"fault": "Dynamo: frontend (router) killed", "redundancy": "1P1D (none)", "sent": 800, "failed": 136,
+     "in_flight": None, "last_failure_s": None, "recovery_s": 17.24,
+     "source": f"{DYNAMO_FT}, disaggregated, no redundancy"},
+    {"fault": "Dynamo: decode worker killed", "redundancy": "aggregated, one of four", "sent": 800, "failed": 4,
+     "in_flight": None, "last_failure_s": None, "recovery_s": 44.88,
+     "source": f"{DYNAMO_FT}, redundant workers (over provisioned)"},
 ]  # fmt: skip
 
 
@@ -89,15 +103,21 @@ def normal_start(unit):
     return f"rm -f {DROPIN_DIR.format(unit=unit)}/{DROPIN} && systemctl daemon-reload"
 
 
+def in_flight_at(result, t):
+    """Requests of a load.py result in flight (sent, not yet ended) at epoch T."""
+    return sum(1 for start, end, _status in result["timeline"] if start <= t - result["t0"] < end)
+
+
 def summary(result, kill_at, ready_at=None):
-    """What one fault cost, from load.py's result: requests sent and failed, when the last failed request started
-    (seconds after the kill), the recovery (kill until ready again) when known."""
+    """What one fault cost, from load.py's result: requests sent and failed, those in flight at the kill, when the
+    last failed request started (seconds after the kill), the recovery (kill until ready again) when known."""
     failed = [start for start, _end, status in result["timeline"] if status != "200"]
     since = [result["t0"] + start - kill_at for start in failed]
     return {
         "sent": result["total"],
         "failed": len(failed),
         "errors": result["errors"],
+        "in_flight": in_flight_at(result, kill_at),
         "first_failure_s": round(min(since), 2) if since else None,
         "last_failure_s": round(max(since), 2) if since else None,
         "recovery_s": round(ready_at - kill_at, 2) if ready_at is not None else None,
@@ -275,3 +295,38 @@ def drain_problems(old, new, left, back):
     if old.get("sigterm") and old["sigterm"]["in_flight"]:
         problems.append(f"{old['sigterm']['in_flight']} request(s) still in flight at SIGTERM (no drain before it)")
     return problems, held
+
+
+# --- a planned change (rolling, upgrade, scale-in/out, rename), for tests/bench/error_budget.py ------------------
+def _routed(state):
+    """The set of worker URLs of one load.py --workers entry; None when the router did not answer with a list."""
+    return set(state.split(",")) - {""} if state.startswith("http") or state == "" else None
+
+
+def change_cost(result, started, planned, moved):
+    """What one change run cost, from load.py's result (run with --workers) of the load under it: requests sent and
+    failed; the fewest in flight through the router at the first moment it stopped (or, for a worker the run added,
+    started) routing to each worker of MOVED (URLs), None when none moved while the load ran; when the first and the
+    last failed request started, seconds after STARTED (the run's start, epoch); recovery: STARTED until the router
+    routed to exactly the PLANNED URLs and kept doing so to the end of the load, None when it did not end so."""
+    t0, routing = result["t0"], [(t, _routed(state)) for t, state in result.get("workers") or []]
+    moments = []
+    for url in moved:
+        present = [(t, routed is not None and url in routed) for t, routed in routing]
+        moments += [t0 + t for t, here in present[1:] if here != present[0][1]][:1]
+    failed = [t0 + start - started for start, _end, status in result["timeline"] if status != "200"]
+    recovery = None
+    if routing and routing[-1][1] == set(planned):
+        settled = len(routing) - 1
+        while settled > 0 and routing[settled - 1][1] == set(planned):
+            settled -= 1
+        recovery = round(t0 + routing[settled][0] - started, 2)
+    return {
+        "sent": result["total"],
+        "failed": len(failed),
+        "errors": result["errors"],
+        "in_flight": min((in_flight_at(result, t) for t in moments), default=None),
+        "first_failure_s": round(min(failed), 2) if failed else None,
+        "last_failure_s": round(max(failed), 2) if failed else None,
+        "recovery_s": recovery,
+    }

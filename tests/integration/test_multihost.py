@@ -104,7 +104,10 @@ def worker_starts(cluster):
 def switch_router(cluster, impl):
     """One run with sglang_router_impl IMPL under the load: what it cost and what runs afterwards."""
     workers_before, router_before = worker_starts(cluster), started_at(router(cluster), "sglang-router")
+    since = time.time()
     output, result = converge_under_load(cluster, {"sglang_router_impl": impl}, SWITCH_LOAD, rolling=False)
+    record_change(cluster, f"router program switched to {impl} (the router restarts)", result, since, [],
+                  deployment="2P2D, one router")  # fmt: skip
     failed = [(start, end) for start, end, status in result["timeline"] if status != "200"]
     rerun = recap(playbook(cluster, cluster["vars"]).stdout)
     cluster["impl"] = impl
@@ -354,6 +357,16 @@ def test_a_host_failing_its_preflight_stops_every_host(cluster, capsys):
     assert all(counts.get("changed", 0) == 0 for counts in hosts.values()), hosts
 
 
+def record_change(cluster, event, result, started, moved, *, deployment="2P2D, batches of one"):
+    """One row of tests/bench/error_budget.py's table for a change run (faults.change_cost): STARTED the run's start
+    (epoch), MOVED the workers ("unit@host") it restarted, retired or added; planned, what the router lists after."""
+    if not os.environ.get("DISAGG_FAULT_REPORT"):
+        return
+    planned = [w["url"] for w in get_json(router(cluster), "http://127.0.0.1:8000/workers")["workers"]]
+    urls = [worker_url(cluster, *u.split("@")) for u in moved]
+    faults.record(event, deployment, faults.change_cost(result, started, planned, urls))
+
+
 def judge_restarts(cluster, result, units, since, capsys):
     """Each restarted worker judged by its own records (issue 37 item 5), not by what a retrying router returned."""
     for unit, host in units:
@@ -389,6 +402,7 @@ def test_flag_change_rolls_out_without_a_failed_request(cluster, router_impl, ca
     )
     order = restart_order(output)
     units = [u.split("@") for u in order]
+    record_change(cluster, f"rolling flag change, prefill then decode ({router_impl})", result, since, order)
     report(capsys, f"[{router_impl}] prefill and decode flag change: restart order {order}; "
                    f"load {result['ok']}/{result['total']} "
                    f"ok, errors {result['errors']}, {result['elapsed']:.1f} s")  # fmt: skip
@@ -471,10 +485,12 @@ def test_a_stalled_decode_change_is_rolled_back_under_load_within_the_stall_boun
     stall = {"SGLANG_SIM_STALL_AFTER": "0", "SGLANG_HEALTH_CHECK_TIMEOUT": "10"}
     bad = {"sglang_decode_extra_env": {**env, **stall}, "sglang_stall_timeout": STALL_TIMEOUT}
     router_started = started_at(router(cluster), "sglang-router")
-    began = time.monotonic()
+    began, since = time.monotonic(), time.time()
     output, result = converge_under_load(cluster, bad, ROLLING_LOAD, succeed=False)
     run_s = time.monotonic() - began
     order = restart_order(output)
+    impl = cluster.get("impl", "sglang_router")
+    record_change(cluster, f"decode change that stalls, rolled back ({impl})", result, since, order)
     assert len(order) == 2 and all(u.startswith("sglang-decode") for u in order), (order, output[-5000:])
     first_unit, first_host = order[0].split("@")
     workers = get_json(router(cluster), "http://127.0.0.1:8000/workers")["workers"]
@@ -622,6 +638,8 @@ def test_scale_in_scale_out_and_rename_under_load(cluster, router_impl, capsys):
         since = time.time()
         output, result = converge_under_load(cluster, extra, ROLLING_LOAD)
         said = re.findall(r"retire (sglang-\S+@\S+) \(", output)
+        moved = retired or f"sglang-decode1@{decode1_host}"  # the instance retired, or the one added back
+        record_change(cluster, f"{name} ({router_impl})", result, since, [moved], deployment="2P2D")
         assert sorted(set(said)) == ([retired] if retired else []), (name, said)
         # The change happened under the load: requests were in flight through the router when the retired instance
         # got its SIGTERM (its own record at exit), or when the router first routed to the added one (load.py's
@@ -745,6 +763,8 @@ def test_engine_upgrade_and_a_failed_upgrade_rolled_back_under_load(cluster, cap
     since = time.time()
     output, result = converge_under_load(cluster, v2, ROLLING_LOAD)
     order = restart_order(output)
+    impl = cluster.get("impl", "sglang_router")
+    record_change(cluster, f"engine upgrade 0.1.0 -> 0.2.0 ({impl})", result, since, order)
     after = _engines(cluster)
     rerun = recap(playbook(cluster, cluster["vars"]).stdout)
     table.append(_step_line("upgrade 0.1.0 -> 0.2.0", result, rerun))
@@ -765,8 +785,10 @@ def test_engine_upgrade_and_a_failed_upgrade_rolled_back_under_load(cluster, cap
     # A failed upgrade: 0.2.1 comes up and stalls. The first batch (prefill0) is rolled back to its
     # previous unit file, which names 0.2.0's venv; the other batches are left alone; the run fails, loses nothing.
     v21 = {"sglang_deps_packages": [p.format("0.2.1") for p in ENGINE_PACKAGES]}
+    since = time.time()
     output, result = converge_under_load(cluster, v21, ROLLING_LOAD, succeed=False)
     order = restart_order(output)
+    record_change(cluster, f"failed upgrade 0.2.0 -> 0.2.1, rolled back ({impl})", result, since, order)
     workers = get_json(router_host, "http://127.0.0.1:8000/workers")["workers"]
     rolled_back = _engines(cluster)
     rerun = recap(playbook(cluster, cluster["vars"]).stdout)
