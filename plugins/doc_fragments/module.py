@@ -21,6 +21,21 @@ attributes:
     platforms: posix
 """
 
+    # A module whose action plugin does all its work on the controller, reading only what the task gives it.
+    CONTROLLER = r"""
+options: {}
+attributes:
+  action:
+    support: full
+    description: Runs on the controller.
+  check_mode:
+    support: full
+    details: Only reads and plans, so check mode returns what a real run returns.
+  diff_mode:
+    support: none
+    details: Nothing to diff.
+"""
+
     # The router's worker and request API (module_utils/router_api.py, module_utils/router_canary.py).
     ROUTER = r"""
 options:

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: check_variables
 short_description: Check a role's variables against the collection's variable table, failing with every problem
 version_added: "0.1.0"
-extends_documentation_fragment: [disagg.sglang.module]
+extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.controller]
 description:
   - The first task of a public role run on its own (site.yml's preflight checks them all up front, in
     M(disagg.sglang.host_plan)). Each variable the role's entry points list (C(plugins/module_utils/plan/variables.py),
@@ -23,16 +23,6 @@ options:
         C(sglang_router), C(sglang_bench), C(sglang_monitoring).
     type: str
     required: true
-attributes:
-  action:
-    support: full
-    description: It runs on the controller.
-  check_mode:
-    support: full
-    details: Reads only.
-  diff_mode:
-    support: none
-    details: Nothing to diff.
 seealso:
   - module: disagg.sglang.host_plan
 """

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: deployment_plan
 short_description: Join the plans of the deployment's hosts once, with the KV agreement and the groups of the flag check
 version_added: "0.1.0"
-extends_documentation_fragment: [disagg.sglang.module]
+extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.controller]
 description:
   - The preflight's deployment-wide step (roles/sglang/tasks/plan.yml, run once), after every host planned its units
     (M(disagg.sglang.host_plan)). From what each host's plan returned (O(looks)) it joins the deployment's plans once
@@ -25,16 +25,6 @@ options:
       - What M(disagg.sglang.host_plan) returned on each host of the play, by host (C({}) where it did not run).
     type: dict
     required: true
-attributes:
-  action:
-    support: full
-    description: Runs on the controller.
-  check_mode:
-    support: full
-    details: Reads only, so check mode joins what a real run joins.
-  diff_mode:
-    support: none
-    details: Nothing to diff.
 seealso:
   - module: disagg.sglang.host_plan
   - module: disagg.sglang.cli_check

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: deps_plan
 short_description: Check one host's dependency lists and name this run's venvs by their package sets
 version_added: "0.1.0"
-extends_documentation_fragment: [disagg.sglang.module]
+extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.controller]
 description:
   - The dependency checks of the role disagg.sglang.sglang_deps run on its own (roles/sglang_deps/tasks/preflight.yml);
     site.yml's preflight does the same in M(disagg.sglang.host_plan), by the same code
@@ -20,16 +20,6 @@ description:
   - Then it names this run's venvs, each by a digest of its package set (RV(venv_paths)).
   - Runs on the controller only. Changes nothing, in any mode.
 options: {}
-attributes:
-  action:
-    support: full
-    description: Runs on the controller.
-  check_mode:
-    support: full
-    details: Reads only, so check mode names what a real run names.
-  diff_mode:
-    support: none
-    details: Nothing to diff.
 seealso:
   - module: disagg.sglang.host_plan
   - module: disagg.sglang.deps_state

@@ -8,10 +8,11 @@ DOCUMENTATION = r"""
 module: rolling_plan
 short_description: Plan the batches of a rolling restart from the units every host deferred to it
 version_added: "0.1.0"
-extends_documentation_fragment: [disagg.sglang.module]
+extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.controller]
 description:
   - The rolling step's plan in one task (roles/sglang_worker/tasks/rolling.yml, run once for the deployment), on the
-    controller (C(plugins/module_utils/units/rolling.py) C(rolling_plan)).
+    controller (C(plugins/module_utils/units/rolling.py) C(rolling_plan)). In check mode it plans as a real run
+    does; the rolling step itself does not run in check mode.
   - Batches of at most O(batch) units of one role, prefill first, then decode; within a role, by host and unit. A
     batch never takes every instance of a role out of the router - it holds at most the role's total less one.
   - Changes nothing, in any mode.
@@ -31,16 +32,6 @@ options:
     description: "The deployment's instances per role (C(sglang_role_totals)), e.g. C({prefill: 2, decode: 4})."
     type: dict
     default: {}
-attributes:
-  action:
-    support: full
-    description: Runs on the controller only.
-  check_mode:
-    support: full
-    details: Plans the same in check mode (the rolling step itself does not run in check mode).
-  diff_mode:
-    support: none
-    details: Nothing to diff.
 seealso:
   - module: disagg.sglang.batch_restart
   - module: disagg.sglang.unit_files

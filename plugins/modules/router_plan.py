@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: router_plan
 short_description: Plan the router unit of one host from the deployment's worker specs, failing with every problem
 version_added: "0.1.0"
-extends_documentation_fragment: [disagg.sglang.module]
+extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.controller]
 description:
   - The router's plan in one task (roles/sglang_router/tasks/plan.yml), after every worker host planned its units
     (M(disagg.sglang.host_plan)). Its inputs are the task's variables, derived on the controller by
@@ -40,16 +40,6 @@ options:
         from the task's variables (type, range, choices) before the plan; the task fails naming every problem.
         Left out, none are.
     type: str
-attributes:
-  action:
-    support: full
-    description: Runs on the controller.
-  check_mode:
-    support: full
-    details: Plans only, so check mode plans what a real run plans.
-  diff_mode:
-    support: none
-    details: Nothing to diff.
 seealso:
   - module: disagg.sglang.host_plan
 """

@@ -4,8 +4,13 @@ Templar. Unit tests feed host_plan / router_plan exactly what roles/sglang/tasks
 roles/sglang_router/tasks/plan.yml feed them, without a host.
 """
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+from ansible.errors import AnsibleError
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan_inputs
@@ -86,3 +91,30 @@ class Resolved:
 
     def get(self, name, default=None):
         return self[name] if name in self._variables else default
+
+
+def adhoc_module(tmp_path, module, variables, v, *, host="pytest-badinv-1", groups=GROUPS, args=None, keep=None):
+    """Run MODULE of the collection on HOST as `ansible HOST -m MODULE` with the checkout's ansible.cfg, the host in
+    GROUPS and every sglang_ variable (those KEEP accepts, all by default) that host_vars resolved (V) given as extra
+    vars, as the play gives them. Returns (status such as "HOST | SUCCESS", the result)."""
+    values = {}
+    for name in variables:
+        if name.startswith("sglang_") and (keep is None or keep(name)):
+            try:
+                values[name] = v(name)
+            except AnsibleError:  # a variable of another role that this inventory cannot template
+                continue
+    (tmp_path / "vars.json").write_text(json.dumps(values))
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    children = {role: {"hosts": {host: None}} for role in groups}
+    (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {host: local}, "children": children}}))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"), LC_ALL="C.UTF-8")  # fmt: skip
+    argv = [str(Path(sys.executable).with_name("ansible")), host, "-i", str(tmp_path / "hosts.yml"), "-o",
+            "-e", f"@{tmp_path / 'vars.json'}", "-m", f"disagg.sglang.{module}"]  # fmt: skip
+    if args is not None:
+        argv += ["-a", json.dumps(args)]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, cwd=REPO, timeout=120)
+    head, sep, body = proc.stdout.partition("=> ")
+    assert sep, proc.stdout + proc.stderr
+    return head.strip(), json.loads(body)

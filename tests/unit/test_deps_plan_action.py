@@ -4,14 +4,10 @@ plan_inputs.venv_paths names (as the preflight's host_plan does where no venvs a
 plan_inputs.deps_problems' messages."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from ansible.errors import AnsibleError
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan_inputs
-from inventory_vars import Resolved, host_vars
+from inventory_vars import Resolved, adhoc_module, host_vars
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = "pytest-badinv-1"
@@ -21,26 +17,9 @@ GROUPS = ["prefill", "decode", "router"]
 def deps_plan(tmp_path, **changed):
     """(status, result, the variables as Resolved) of deps_plan on HOST with CHANGED beside the inventory's."""
     _templar, variables, v = host_vars(host=HOST, extra=changed)
-    values = {}
-    for name in variables:
-        if name.startswith("sglang_") and name != "sglang_deps_venv_paths":
-            try:
-                values[name] = v(name)
-            except AnsibleError:  # a variable of another role that this inventory cannot template
-                continue
-    (tmp_path / "vars.json").write_text(json.dumps(values))
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    groups = {role: {"hosts": {HOST: None}} for role in GROUPS}
-    (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {HOST: local}, "children": groups}}))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"), LC_ALL="C.UTF-8")  # fmt: skip
-    argv = [str(Path(sys.executable).with_name("ansible")), HOST, "-i", str(tmp_path / "hosts.yml"), "-o",
-            "-e", f"@{tmp_path / 'vars.json'}", "-m", "disagg.sglang.deps_plan"]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, cwd=REPO, timeout=120)
-    head, sep, body = proc.stdout.partition("=> ")
-    assert sep, proc.stdout + proc.stderr
+    status, result = adhoc_module(tmp_path, "deps_plan", variables, v, keep=lambda n: n != "sglang_deps_venv_paths")
     resolved = Resolved({n: x for n, x in variables.items() if n != "sglang_deps_venv_paths"}, v)
-    return head.strip(), json.loads(body), resolved
+    return status, result, resolved
 
 
 def test_deps_plan_names_this_runs_venvs_as_the_preflight_names_them(tmp_path):

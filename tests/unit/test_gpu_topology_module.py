@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import topology_fakes as tf
 import yaml
-from ansible.errors import AnsibleError
 from ansible.module_utils import testing
 from ansible_collections.disagg.sglang.plugins.module_utils.host import gpu_topology
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, plan_inputs
@@ -168,34 +167,17 @@ def plan_through_ansible(tmp_path, smi, sysfs_root, named=True, **changed):
     run's venvs are named already (a public role after the deps role), else host_plan checks the dependency lists and
     names them (site.yml's preflight). Returns (the plan the same inputs get from plan.host_plan, the status such as
     "HOST | SUCCESS", the result)."""
-    from inventory_vars import Resolved, host_vars  # noqa: PLC0415 (the sandbox inventory's variables, templated)
+    from inventory_vars import Resolved, adhoc_module, host_vars  # noqa: PLC0415 (the sandbox inventory's variables)
 
     extra = {"sglang_topology_nvidia_smi_path": smi, "sglang_topology_sysfs_root": sysfs_root,
              "sglang_record_dir": str(tmp_path / "records"), "sglang_model_path": "/usr/share",
              "sglang_deps_wheelhouse": "", **changed}  # fmt: skip
     _templar, variables, v = host_vars(host=HOST, extra=extra)
-    values = {}
-    for name in variables:
-        if name.startswith("sglang_") and (named or name != "sglang_deps_venv_paths"):
-            try:
-                values[name] = v(name)
-            except AnsibleError:  # a variable of another role that this inventory cannot template
-                continue
-    (tmp_path / "vars.json").write_text(json.dumps(values))
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    groups = {"prefill": {"hosts": {HOST: None}}, "decode": {"hosts": {HOST: None}}}
-    inventory = {"all": {"hosts": {HOST: local}, "children": groups}}
-    (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"), LC_ALL="C.UTF-8")  # fmt: skip
     # as roles/sglang/tasks/plan.yml calls it in site.yml's preflight
-    args = '{"topology": true, "variables": "sglang"}'
-    argv = [str(Path(sys.executable).with_name("ansible")), HOST, "-i", str(tmp_path / "hosts.yml"), "-o",
-            "-e", f"@{tmp_path / 'vars.json'}", "-m", "disagg.sglang.host_plan", "-a", args]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, cwd=REPO, timeout=120)
-    head, sep, body = proc.stdout.partition("=> ")
-    assert sep, proc.stdout + proc.stderr
-    result = json.loads(body)
+    args = {"topology": True, "variables": "sglang"}
+    keep = None if named else (lambda n: n != "sglang_deps_venv_paths")
+    status, result = adhoc_module(tmp_path, "host_plan", variables, v, groups=("prefill", "decode"), args=args,
+                                  keep=keep)  # fmt: skip
     facts = read_topology(sysfs_root, smi) if "plan" in result else None  # what the look read, read here again
     r = Resolved(variables, v)
     roles = plan_inputs.worker_roles(r, ["prefill", "decode"])
@@ -209,7 +191,7 @@ def plan_through_ansible(tmp_path, smi, sysfs_root, named=True, **changed):
     assert roles == inputs["roles"]
     expect = plan.host_plan({**inputs, "topology": facts, "host_paths": result.get("paths"),
                              "listeners": result.get("listeners"), "deployed": result.get("records")})  # fmt: skip
-    return expect, head.strip(), result
+    return expect, status, result
 
 
 def read_topology(sysfs_root, smi):

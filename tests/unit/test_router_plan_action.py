@@ -5,15 +5,11 @@ preflight derives them by the same function), says which program the deployed ro
 line still needs the parser's check, and fails with the rules' messages."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from ansible.errors import AnsibleError
 from ansible_collections.disagg.sglang.plugins.module_utils.units import units
-from inventory_vars import host_vars
+from inventory_vars import adhoc_module, host_vars
 from test_rules import preflight, topology  # noqa: F401 (the fixture)  # pylint: disable=unused-import
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,26 +27,8 @@ def planned(topology):  # noqa: F811
 def router_plan(tmp_path, workers, **changed):
     """(status such as "HOST | SUCCESS", result) of router_plan as roles/sglang_router/tasks/plan.yml calls it."""
     _templar, variables, v = host_vars(host=HOST, extra=changed)
-    values = {}
-    for name in variables:
-        if name.startswith("sglang_"):
-            try:
-                values[name] = v(name)
-            except AnsibleError:  # a variable of another role that this inventory cannot template
-                continue
-    (tmp_path / "vars.json").write_text(json.dumps(values))
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    groups = {role: {"hosts": {HOST: None}} for role in ("prefill", "decode", "router")}
-    (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": {HOST: local}, "children": groups}}))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"), LC_ALL="C.UTF-8")  # fmt: skip
-    args = json.dumps({"workers": workers, "look": {"paths": {}, "listeners": {}}, "variables": "sglang_router"})
-    argv = [str(Path(sys.executable).with_name("ansible")), HOST, "-i", str(tmp_path / "hosts.yml"), "-o",
-            "-e", f"@{tmp_path / 'vars.json'}", "-m", "disagg.sglang.router_plan", "-a", args]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, cwd=REPO, timeout=120)
-    head, sep, body = proc.stdout.partition("=> ")
-    assert sep, proc.stdout + proc.stderr
-    return head.strip(), json.loads(body)
+    args = {"workers": workers, "look": {"paths": {}, "listeners": {}}, "variables": "sglang_router"}
+    return adhoc_module(tmp_path, "router_plan", variables, v, args=args)
 
 
 def test_router_plan_plans_the_unit_the_plan_plans_from_the_workers_specs(planned, tmp_path):
