@@ -16,12 +16,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = dict(self._task.args)
-        unknown = sorted(set(args) - {"role"})
-        if unknown or not isinstance(args.get("role"), str):
-            return {**result, "failed": True, "changed": False,
-                    "msg": "check_variables takes one option, role (a role of the collection)"
-                    + (f"; unknown option {', '.join(unknown)}" if unknown else "")}  # fmt: skip
+        _validated, args = self.validate_argument_spec(argument_spec={"role": {"type": "str", "required": True}})
         try:
             names = variables.documented(args["role"])
         except KeyError as exc:

@@ -39,11 +39,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = dict(self._task.args)
-        unknown = sorted(set(args) - {"looks"})
-        if unknown or not isinstance(args.get("looks"), dict):
-            raise AnsibleActionFail("; ".join(["looks (a dict) is required"] * (not isinstance(args.get("looks"), dict))
-                                              + [f"unknown option {key}" for key in unknown]))  # fmt: skip
+        _validated, args = self.validate_argument_spec(argument_spec={"looks": {"type": "dict", "required": True}})
         v = TaskVariables(self._templar, task_vars)
         try:
             found = deployment_plan(args["looks"], v["sglang_engine_compatible_versions"], v["sglang_rolling_batch"],

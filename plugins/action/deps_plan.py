@@ -4,7 +4,6 @@
 plugins/modules/deps_plan.py): plan_inputs.deps_problems and plan_inputs.venv_paths on the task's variables, as the
 preflight's host_plan does them where no venvs are named yet (the deps role run on its own runs this instead)."""
 
-from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.disagg.sglang.plugins.action.host_plan import TaskVariables
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan_inputs
@@ -15,8 +14,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        if self._task.args:
-            raise AnsibleActionFail(f"deps_plan takes no options: {', '.join(sorted(self._task.args))}")
+        self.validate_argument_spec(argument_spec={})  # no options
         v = TaskVariables(self._templar, task_vars)
         problems = plan_inputs.deps_problems(v, list(task_vars.get("group_names") or []))
         if problems:

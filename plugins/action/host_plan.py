@@ -20,7 +20,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, pl
 # what host_look returns, returned as it returns it (the preflight registers it: the router's plan and the
 # deployment's venv check read it)
 LOOK_KEYS = ("paths", "records", "listeners", "bind", "exists")
-OPTIONS = {"topology": (bool,), "variables": (str, list)}
+OPTIONS = {"topology": {"type": "bool", "default": False}, "variables": {"type": "raw", "default": []}}
 # the shipped flag profiles (the collection's profiles/, beside plugins/)
 SHIPPED_PROFILES = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "profiles"))
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -67,12 +67,9 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = dict(self._task.args)
-        wrong = [f"{key} must be a {' or a '.join(kind.__name__ for kind in kinds)}" for key, kinds in OPTIONS.items()
-                 if key in args and not isinstance(args[key], kinds)]  # fmt: skip
-        unknown = sorted(set(args) - set(OPTIONS))
-        if wrong or unknown:
-            raise AnsibleActionFail("; ".join(wrong + [f"unknown option {key}" for key in unknown]))
+        _validated, args = self.validate_argument_spec(argument_spec=OPTIONS)
+        if not isinstance(args["variables"], (str, list)):
+            raise AnsibleActionFail("variables must be a role's name or a list of them")
         v = TaskVariables(self._templar, task_vars)
         group_names = list(task_vars.get("group_names") or [])
         # the dependency checks where no venvs are named yet in this play (site.yml's preflight; the deps role run

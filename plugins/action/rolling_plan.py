@@ -6,11 +6,14 @@ On the controller only: rolling.rolling_plan on the deferred units of every host
 the stranded-KV step handed to the rolling step), the batch size and the deployment's role totals. Nothing runs on a
 host."""
 
-from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.disagg.sglang.plugins.module_utils.units import rolling
 
-OPTIONS = {"deferred": list, "batch": int, "totals": dict}
+OPTIONS = {
+    "deferred": {"type": "list", "elements": "dict", "default": []},
+    "batch": {"type": "int", "default": 1},
+    "totals": {"type": "dict", "default": {}},
+}
 
 
 class ActionModule(ActionBase):
@@ -18,18 +21,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = dict(self._task.args)
-        unknown = sorted(set(args) - set(OPTIONS))
-        if unknown:
-            raise AnsibleActionFail("; ".join(f"unknown option {key}" for key in unknown))
-        try:
-            batch = int(args.get("batch", 1))
-        except (TypeError, ValueError) as exc:
-            raise AnsibleActionFail(f"batch must be an int: {exc}") from exc
-        deferred, totals = args.get("deferred") or [], args.get("totals") or {}
-        wrong = [f"{key} must be a {kind.__name__}" for key, kind, value in
-                 (("deferred", list, deferred), ("totals", dict, totals)) if not isinstance(value, kind)]  # fmt: skip
-        if wrong or not all(isinstance(u, dict) for u in deferred):
-            raise AnsibleActionFail("; ".join(wrong) or "deferred must be a list of unit specs")
-        result.update(changed=False, batches=rolling.rolling_plan(list(deferred), {"batch": batch, "totals": totals}))
+        _validated, args = self.validate_argument_spec(argument_spec=OPTIONS)
+        plan = rolling.rolling_plan(list(args["deferred"]), {"batch": args["batch"], "totals": args["totals"]})
+        result.update(changed=False, batches=plan)
         return result

@@ -14,7 +14,11 @@ from ansible_collections.disagg.sglang.plugins.action.host_plan import TaskVaria
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import cluster_rules, plan, plan_inputs
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
-OPTIONS = {"workers": list, "look": dict, "variables": str}
+OPTIONS = {
+    "workers": {"type": "list", "elements": "dict", "required": True},
+    "look": {"type": "dict", "default": {}},
+    "variables": {"type": "str"},
+}
 # the router's listeners, by the variable that sets each (plan.router_plan's ports)
 PORTS = ("sglang_router_port", "sglang_router_prometheus_port")
 
@@ -47,13 +51,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        args = dict(self._task.args)
-        wrong = [f"{key} must be a {kind.__name__}" for key, kind in OPTIONS.items()
-                 if key in args and not isinstance(args[key], kind)]  # fmt: skip
-        unknown = sorted(set(args) - set(OPTIONS))
-        if wrong or unknown or "workers" not in args:
-            missing = [] if "workers" in args else ["missing required option workers"]
-            raise AnsibleActionFail("; ".join(wrong + [f"unknown option {key}" for key in unknown] + missing))
+        _validated, args = self.validate_argument_spec(argument_spec=OPTIONS)
         v = TaskVariables(self._templar, task_vars)
         host = task_vars["inventory_hostname"]
         problems = plan_inputs.table_problems(v, args["variables"]) if args.get("variables") else []

@@ -49,4 +49,4 @@ def test_an_unknown_option_fails_naming_it(tmp_path):
     inv.write_text(json.dumps({"all": {"vars": {"ansible_connection": "local"}, "children": children()}}))
     (tmp_path / "play.yml").write_text(play)
     proc = controller_playbook(inv, tmp_path / "play.yml", {"batch": 1}, tmp_path, check=False)
-    assert proc.returncode != 0 and "unknown option batches" in proc.stdout
+    assert proc.returncode != 0 and "Unsupported parameters" in proc.stdout and "batches" in proc.stdout
