@@ -57,3 +57,16 @@ def loopback_fixture(handler):
             yield url
 
     return server
+
+
+class Clock:
+    """A clock for code that takes (now, sleep): time passes only when the code sleeps."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds

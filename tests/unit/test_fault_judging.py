@@ -1,6 +1,7 @@
 """tests/integration/faults.py: how a fault is judged from what the services and the load recorded."""
 
 import faults
+from samples import Clock
 
 METRICS = """# HELP sglang:num_used_tokens The number of used tokens.
 # TYPE sglang:num_used_tokens gauge
@@ -18,17 +19,6 @@ def test_the_kv_reading_sums_the_gauges_and_ignores_other_series():
     assert faults.kv_idle(faults.prefill_kv(METRICS))
     assert not faults.kv_idle(faults.prefill_kv(busy))
     assert not faults.kv_idle({"num_used_tokens": 0.0}), "a missing gauge is no reading of idle"
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
 
 
 def test_the_kv_wait_ends_at_idle_or_on_the_clock():

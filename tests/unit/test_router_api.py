@@ -16,6 +16,7 @@ import pytest
 from ansible.module_utils import testing
 from ansible_collections.disagg.sglang.plugins.module_utils.router import router_api as ra
 from ansible_collections.disagg.sglang.plugins.modules import router_workers as module
+from samples import Clock
 
 P0 = {"url": "http://10.0.0.2:30000", "worker_type": "prefill", "bootstrap_port": 8998}
 P1 = {"url": "http://10.0.0.2:30010", "worker_type": "prefill", "bootstrap_port": 9008}
@@ -144,17 +145,6 @@ class FakeRouter:
     def remove(self, worker):
         self.calls.append(f"DELETE {worker['id']}")
         self.pending.append([self.lag, "remove", worker])
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
 
 
 def converge(router, desired, state, timeout=60, check_mode=False):

@@ -317,6 +317,8 @@ def test_odd_instance_lists_give_messages_not_exceptions(value):
 # (value, ExecStart= token, Environment= assignment of V=value)
 QUOTING = [
     ("plain-1.0", "plain-1.0", "V=plain-1.0"),
+    ("--port", "--port", "V=--port"),
+    ('{"x": 1}', '"{\\"x\\": 1}"', '"V={\\"x\\": 1}"'),
     ("a b", '"a b"', '"V=a b"'),
     ("$HOME", '"$$HOME"', '"V=$HOME"'),
     ("50%", "50%%", "V=50%%"),

@@ -192,19 +192,7 @@ def test_router_refuses_a_prefill_without_bootstrap_port():
         )
 
 
-@pytest.mark.parametrize(
-    ("token", "quoted"),
-    [
-        ("--port", "--port"),
-        ("0.7", "0.7"),
-        ("a b", '"a b"'),
-        ("50%", "50%%"),
-        ("$HOME", '"$$HOME"'),
-        ('{"x": 1}', '"{\\"x\\": 1}"'),
-    ],
-)
-def test_systemd_quoting(token, quoted):
-    assert sf.systemd_quote(token) == quoted
+# the quoting of ExecStart= and Environment= tokens: test_rules.QUOTING
 
 
 def test_cpu_list_is_the_kernel_format():

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import re
 
-LINK_RE = re.compile(r"X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC")
-_LINKS_RUN_RE = re.compile(r"(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)+")
-_LINK_PREFIX_RE = re.compile(r"^((?:X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)+)(.+)$")
-_DEVICE_RE = re.compile(r"GPU\d+|NIC\d+|mlx\d+_\d+")
-_DEVICES_RUN_RE = re.compile(r"(?:GPU\d+|NIC\d+|mlx\d+_\d+)+")
+# One cell of `nvidia-smi topo -m`'s matrix, the link between two devices (X: the device itself), and a row or
+# column label (a GPU, a NIC, or an RDMA device that newer drivers name in the header). Where a copy of the matrix
+# lost its column separators, cells and labels run together: the _RUN patterns take them apart.
+LINKS = r"X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC"
+DEVICES = r"GPU\d+|NIC\d+|mlx\d+_\d+"
+LINK_RE = re.compile(LINKS)
+_LINKS_RUN_RE, _LINK_PREFIX_RE = re.compile(rf"(?:{LINKS})+"), re.compile(rf"^((?:{LINKS})+)(.+)$")
+_DEVICE_RE, _DEVICES_RUN_RE = re.compile(DEVICES), re.compile(rf"(?:{DEVICES})+")
 _GPU_LABEL_RE = re.compile(r"^GPU(\d+)$")
 # ESC-introduced sequences, and the "[4m" / "[0m" that copy-paste leaves when ESC is lost.
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|\[[0-9][0-9;]*m")

@@ -11,8 +11,7 @@ import re
 
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
-# The rules' patterns. (`duplicates` pairs this block with the topology parser's patterns by their shape alone:
-# other patterns, not a twin.)
+# The rules' patterns.
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 # systemd accepts environment variable names of letters, digits and _ that do not start with a digit.
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
