@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Write what the variable table (plugins/module_utils/plan/variables.py) says into the files that show it.
+"""Write what the variable table (plugins/module_utils/plan/variables.yml, read by variables.py) says into the files that show it.
 
   * roles/*/meta/argument_specs.yml: the option of every variable of the table at the entry points that list it
     (variables.entry_options), its type, choices, description, and its default as roles/*/defaults/main.yml sets it.
@@ -30,7 +30,7 @@ DOC = REPO / "docs/variables.md"
 HEADER = """\
 ---
 # Written by scripts/gen_variables.py: the options of the users' variables come from the variable table
-# (plugins/module_utils/plan/variables.py: description, type, choices) and roles/*/defaults/main.yml (default); edit
+# (plugins/module_utils/plan/variables.yml: description, type, choices) and roles/*/defaults/main.yml (default); edit
 # them there and run the script. The entry points' texts and their other options are edited here.
 """
 

@@ -11,7 +11,7 @@ version_added: "0.1.0"
 extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.controller]
 description:
   - The first task of a public role run on its own (site.yml's preflight checks them all up front, in
-    M(disagg.sglang.host_plan)). Each variable the role's entry points list (C(plugins/module_utils/plan/variables.py),
+    M(disagg.sglang.host_plan)). Each variable the role's entry points list (C(plugins/module_utils/plan/variables.yml),
     the table C(docs/variables.md) shows) that is defined is checked on the controller - its type, its range or
     choices, the members of a list - and the task fails with one message per problem, each naming the variable, its
     value and what to write instead.

@@ -35,7 +35,7 @@ options:
     default: false
   variables:
     description:
-      - Roles of the collection's variable table (C(module_utils/plan/variables.py)), one or a list, whose variables
+      - Roles of the collection's variable table (C(module_utils/plan/variables.yml)), one or a list, whose variables
         are checked from the task's variables (type, range, choices, the members of lists) before the look; the task
         fails naming every problem. Left out, none are. site.yml's preflight names the roles of every play of the
         run (C(sglang), C(sglang_monitoring), C(sglang_bench)), so a bad value of the last play fails before any host

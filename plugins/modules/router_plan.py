@@ -36,7 +36,7 @@ options:
     type: dict
   variables:
     description:
-      - A role of the collection's variable table (C(module_utils/plan/variables.py)) whose variables are checked
+      - A role of the collection's variable table (C(module_utils/plan/variables.yml)) whose variables are checked
         from the task's variables (type, range, choices) before the plan; the task fails naming every problem.
         Left out, none are.
     type: str
