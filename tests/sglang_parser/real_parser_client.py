@@ -60,15 +60,8 @@ def ensure_venv(timeout=900, program="sglang"):
 def run_parser(python, args, stdin=None, env=None, timeout=120):
     """Run the parser script (sglang's parser) under the venv's python; returns the CompletedProcess."""
     full_env = dict(os.environ, **PARSER_ENV, **(env or {}))
-    return subprocess.run(
-        [str(python), str(PARSER_SCRIPT), "--module", SGLANG_MODULE, *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=full_env,
-        check=False,
-    )
+    argv = [str(python), str(PARSER_SCRIPT), "--module", SGLANG_MODULE, *args]
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, env=full_env, check=False)
 
 
 def _checked(proc, what):
