@@ -77,6 +77,12 @@ DEFINITIONS = """\
   start until the router routes to exactly the workers it lists after the run (the planned ones, all healthy) and
   keeps doing so to the end of the load. `-`: not recovered while the load ran (or, for peers, not published).
 - Peers' **recovery** is their README's "Recovery Time": the kill until the killed process serves again."""
+NOT_MEASURED = """\
+- A router killed with redundancy: the test beds run one router per deployment (no test deploys a second one in
+  front of the same workers), so the router's kill -9 is measured without redundancy only (1P1D). Dynamo's
+  published frontend figure is also of a single frontend.
+- The events run against the simulated engine (tests/sandbox/pdsim): its load and warm-up times are the test bed's
+  (seconds, not sglang's minutes), so recovery times of a real deployment are longer by the difference in load time."""
 
 
 def cell(value):
@@ -134,6 +140,10 @@ fault is also checked against `faults.BUDGET` by its test (tests/integration/fau
 ## Columns
 
 {DEFINITIONS}
+
+## Not measured
+
+{NOT_MEASURED}
 """
 
 

@@ -94,6 +94,7 @@ def test_the_document_tables_the_rows_beside_the_peers_with_their_sources_and_sa
         f"`{META['command']}`",
         "`pytest tests/integration/test_faults.py -k 'kill_9 or frozen'`: passed in 1234 s",
         "**recovery (s)**",
+        "## Not measured\n\n- A router killed with redundancy",
     ):
         assert said in doc, said  # fmt: skip
     assert "Partial" not in doc and "No test recorded a row" not in doc
