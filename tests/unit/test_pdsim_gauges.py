@@ -25,7 +25,7 @@ from sglang_pd_sim.promtext import parse_exposition
 
 from tests.http_client import http
 
-# /metrics as sglang publishes its gauges; the simulator's default is still live (cli.py Knobs.gauges says why)
+# /metrics as sglang publishes its gauges: the simulator's default (cli.py Knobs.gauges), said where a test relies on it
 PUBLISHED = {"SGLANG_SIM_GAUGES": "published"}
 
 
@@ -126,11 +126,44 @@ def test_a_pd_prefill_report_counts_its_batch_as_running_and_in_flight():
 # --- a worker: /metrics and /v1/loads --------------------------------------------------------------------------
 
 
-def test_gauges_knob_is_live_by_default_or_published():
-    assert load_knobs({}).gauges == "live"
-    assert load_knobs(PUBLISHED).gauges == "published"
+def test_gauges_knob_is_published_by_default_or_live():
+    assert load_knobs({}).gauges == "published"
+    assert load_knobs({"SGLANG_SIM_GAUGES": "live"}).gauges == "live"
     odd = load_knobs({"SGLANG_SIM_GAUGES": "stale"})
-    assert odd.gauges == "live" and odd.problems
+    assert odd.gauges == "published" and odd.problems
+
+
+def test_a_default_worker_s_gauges_are_not_live_they_refresh_every_decode_log_interval_passes(sims):
+    # no SGLANG_SIM_GAUGES: the default. A decode of 60 tokens at 50 ms each: its gauges stay at the idle report's 0
+    # until the 40th decode pass (metrics_reporter.py report_decode_stats, --decode-log-interval 40), while its load
+    # snapshot counts the request from its arrival (scheduler.py on_idle, every 15 passes after)
+    prefill = sims.start("prefill")
+    decode = sims.start("decode", "--enable-metrics", env={"SGLANG_SIM_TOKEN_LATENCY": "0.05"})
+    body = {"text": "a prompt", "sampling_params": {"max_new_tokens": 60}, "bootstrap_host": "127.0.0.1",
+            "bootstrap_port": prefill.bootstrap, "bootstrap_room": 909}  # fmt: skip
+    started = time.monotonic()
+    calls = [in_thread(http, "POST", sim.url("/generate"), body, timeout=20) for sim in (prefill, decode)]
+    stale, fresh = [], []
+    while calls[1]["thread"].is_alive() and time.monotonic() - started < 15:
+        running = gauge(decode, "sglang:num_running_reqs")
+        snapshot = load(decode)
+        (fresh if running else stale).append((time.monotonic() - started, snapshot["num_running_reqs"]
+                                              + snapshot["num_waiting_reqs"]))  # fmt: skip
+        time.sleep(0.05)
+    for call in calls:
+        call["thread"].join(15)
+    assert [c["answer"][0] for c in calls] == [200, 200]
+    # not live: for the first 39 passes (about 2 s) the gauge said 0 while the load snapshot counted the request
+    assert any(held == 1 for _t, held in stale), stale
+    assert stale and stale[0][0] < 1.0 and max(t for t, _h in stale) > 1.5, stale
+    # refreshed at the 40th pass (about 2 s in), and held from then until the answer (no report in passes 41-60)
+    assert fresh and 1.7 < fresh[0][0] < 4.0, (fresh[:3], stale[-3:])
+    assert all(t < fresh[0][0] for t, _h in stale), "the gauge went back to 0 while the request decoded"
+    # idle again: the running gauge is stale (1, none running), so the idle scheduler rewrites it at once
+    deadline = time.monotonic() + 1
+    while gauge(decode, "sglang:num_running_reqs"):
+        assert time.monotonic() < deadline, "the idle scheduler did not rewrite its stale running gauge"
+        time.sleep(0.05)
 
 
 def test_decode_gauges_read_zero_while_a_short_request_decodes_and_v1_loads_counts_it(sims):

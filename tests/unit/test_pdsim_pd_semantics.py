@@ -138,10 +138,12 @@ def test_prefill_waits_for_decode_connection_then_bootstrap_timeout(sims):
     waiting["thread"].join(10)
     status, err = waiting["answer"]
     assert status == 500 and 1.4 < time.monotonic() - t0 < 6
-    assert gauge(prefill, "sglang:num_prefill_bootstrap_queue_reqs") == 0.0
     assert "KVTransferError(bootstrap_room=9)" in err["error"]["message"]
     assert "timed out after" in err["error"]["message"] and "in KVPoll.Bootstrapping" in err["error"]["message"]
-    assert gauge(prefill, "sglang:token_usage") == 0.0  # never prefilled: no KV was allocated
+    # out of the bootstrap queue, and never prefilled: no KV was allocated (the load snapshot, which the idle
+    # scheduler publishes at once; the gauges never counted the request: test_pdsim_gauges.py)
+    idle = wait_load(prefill, lambda got: got["disaggregation"]["prefill_bootstrap_queue_reqs"] == 0, 1)
+    assert idle["num_used_tokens"] == 0 and idle["token_usage"] == 0.0, idle
     assert gauge(prefill, "sglang:num_bootstrap_failed_reqs_total") == 1.0
 
 
@@ -150,6 +152,23 @@ def load(sim) -> dict:
     status, body = http("GET", sim.url("/v1/loads?include=core,disagg"))
     assert status == 200
     return body["loads"][0]
+
+
+def wait_load(sim, idle, timeout: float) -> dict:
+    """The load snapshot once IDLE(snapshot) holds, within TIMEOUT s: what sglang offers for a freed KV or an idle
+    worker. Not live either, but written at once when the scheduler finds itself idle and every 50 ms while work
+    waits with no batch (scheduler.py on_idle, publish_load_snapshot), where the gauges wait for the next batch
+    report or, at idle, up to 30 s (metrics_reporter.py _maybe_log_idle_metrics)."""
+    t0 = time.monotonic()
+    while not idle(got := load(sim)):
+        assert time.monotonic() - t0 < timeout, f"not at idle after {timeout} s: {got}"
+        time.sleep(0.02)
+    return got
+
+
+def kv_freed(got: dict) -> bool:
+    """A prefill's load snapshot with no KV held and no room in its in-flight queue."""
+    return got["num_used_tokens"] == 0 and got["disaggregation"]["prefill_inflight_queue_reqs"] == 0
 
 
 def room_entry(prefill, room: int) -> dict:
@@ -195,7 +214,9 @@ def test_mooncake_frees_kv_of_a_decode_gone_before_transfer(sims):
     on_prefill["thread"].join(10)
     status, err = on_prefill["answer"]
     assert status == 500 and "Decode instance could be dead" in err["error"]["message"]
-    # freed: the gauges say so at the idle scheduler's next report (they hold the prefill batch's until then)
+    # freed: the load snapshot says so at once; the gauges at the idle scheduler's next look (they hold the prefill
+    # batch's report, running 1, until then: a stale running gauge is rewritten at once)
+    assert wait_load(prefill, kv_freed, 1)["token_usage"] == 0.0
     wait_gauge(prefill, "sglang:token_usage", 0.0, 3)
     assert gauge(prefill, "sglang:num_transfer_failed_reqs_total") == 1.0
 
@@ -210,8 +231,8 @@ def test_nixl_fails_and_frees_kv_of_a_decode_gone_before_transfer(sims):
     assert err["error"]["message"] == (
         "KVTransferError(bootstrap_room=78): KVSender failed to post transfer: NIXL_ERR_REMOTE_DISCONNECT"
     )
-    assert gauge(prefill, "sglang:token_usage") == 0.0 and gauge(prefill, "sglang:num_used_tokens") == 0.0
-    assert gauge(prefill, "sglang:num_prefill_inflight_queue_reqs") == 0.0
+    # freed (the load snapshot: the idle scheduler's next look, not the answer's instant)
+    assert wait_load(prefill, kv_freed, 1)["token_usage"] == 0.0
     assert gauge(prefill, "sglang:num_transfer_failed_reqs_total") == 1.0
 
 
@@ -269,9 +290,21 @@ def test_a_request_whose_client_hung_up_leaves_the_bootstrap_queue_and_the_drain
 def test_a_nixl_room_whose_decode_died_frees_its_kv_with_its_client_gone(sims):
     prefill, connection = connect_then_kill_decode(sims, "nixl", 79, own_connection=True)
     connection.close()  # the client goes too: its WRITE fails, or the tokenizer's check aborts it, whichever first
-    assert gauge(prefill, "sglang:num_used_tokens") > 0  # the room's KV, being computed
-    wait_gauge(prefill, "sglang:num_used_tokens", 0.0, 8)
-    assert gauge(prefill, "sglang:num_prefill_inflight_queue_reqs") == 0.0 and gauge(prefill, "sglang:token_usage") == 0
+    # the room holds KV from its decode's connection on (prefill.py pop_bootstrapped), which connect_then_kill_decode
+    # waited for; neither /metrics nor /v1/loads is written while its batch runs (metrics_reporter.py, scheduler.py
+    # process_batch_result), so its KV shows in neither before the batch ends, and then only until it is freed
+    assert room_entry(prefill, 79).get("connected_at")
+
+    def ended():
+        names = ("sglang:num_transfer_failed_reqs_total", "sglang:num_aborted_requests_total")
+        return sum(gauge(prefill, name) for name in names)  # counters: counted as it happens
+
+    t0 = time.monotonic()
+    while not ended():
+        assert time.monotonic() - t0 < 8, "the room neither failed nor was aborted"
+        time.sleep(0.05)
+    assert wait_load(prefill, kv_freed, 1)["token_usage"] == 0.0
+    wait_gauge(prefill, "sglang:num_used_tokens", 0.0, 3)  # a stale running gauge: rewritten at the idle look
     failed = gauge(prefill, "sglang:num_transfer_failed_reqs_total")
     assert failed + gauge(prefill, "sglang:num_aborted_requests_total") == 1.0
 

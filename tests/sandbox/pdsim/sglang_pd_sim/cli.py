@@ -42,7 +42,7 @@ simulator knobs (environment variables, never flags):
   SGLANG_SIM_DRAIN_POLL=S       period of the SIGTERM watchdog (checks SIGTERM, then in-flight requests) (5, as sglang)
   SGLANG_SIM_SCHEDULER_EXIT=S   seconds the scheduler takes to exit after the drain's ShutdownReq (15)
   SGLANG_SIM_SHUTDOWN_GRACE=S   sglang's wait for the schedulers after ShutdownReq, then SIGKILL (15; tests only)
-  SGLANG_SIM_GAUGES=live|published  /metrics scheduler gauges at the scrape, or as sglang publishes them (live)
+  SGLANG_SIM_GAUGES=live|published  /metrics scheduler gauges at the scrape, or as sglang publishes them (published)
   SGLANG_SIM_STALL_AFTER=S      the scheduler stalls S seconds after the server is up (unset: never)
   SGLANG_SIM_STALL_FOR=S        how long the stall lasts (unset, empty or inf: for good)
   sglang's own: SGLANG_HEALTH_CHECK_TIMEOUT=N (20), SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION (true),
@@ -373,12 +373,12 @@ class Knobs:
     stall_after: float | None = None
     stall_for: float | None = None  # None: for good
     health_check_timeout: int = 20
-    # "published": /metrics shows the scheduler gauges as sglang 0.5.23 publishes them (engine.py); "live": the counts
-    # at the scrape. Live stays the default until the tests that assert a freed KV from /metrics (test_pdsim_*, the
-    # fault tests' KV-idle check) read /v1/loads instead: an idle sglang rewrites a gauge whose running count is not
-    # stale only every 30 s (metrics_reporter.py). The stranded-KV step that also needed it is gone (issue 37, the
-    # NIXL stranding item); /v1/loads is published either way
-    gauges: str = "live"
+    # "published" (the default): /metrics shows the scheduler gauges as sglang 0.5.23 publishes them (engine.py;
+    # sglang/srt/managers/scheduler_components/metrics_reporter.py: per prefill batch, every 40 decode passes, when
+    # fully idle at once if the running gauge is stale, else every 30 s); "live": the counts at the scrape, for a test
+    # that is about the double's bookkeeping and says why. A freed KV or a drain is read from /v1/loads (published
+    # at once when the scheduler is idle: scheduler.py on_idle), not from these gauges
+    gauges: str = "published"
     scheduler_exit: float = 15.0
     shutdown_grace: float = 15.0
     health_endpoint_generation: bool = True
@@ -475,7 +475,7 @@ def load_knobs(env=None, version: str | None = None) -> Knobs:
         ),
         stall_for=_env_optional(env, "SGLANG_SIM_STALL_FOR", problems),
         health_check_timeout=_env_health_timeout(env, problems),
-        gauges=env.get("SGLANG_SIM_GAUGES") or "live",
+        gauges=env.get("SGLANG_SIM_GAUGES") or "published",
         # tokenizer_manager.py _SCHEDULER_EXIT_TIMEOUT_SECS = 15: the wait for the schedulers after ShutdownReq
         scheduler_exit=_env_float(env, "SGLANG_SIM_SCHEDULER_EXIT", 15.0, problems),
         shutdown_grace=_env_float(env, "SGLANG_SIM_SHUTDOWN_GRACE", 15.0, problems),
@@ -490,8 +490,8 @@ def load_knobs(env=None, version: str | None = None) -> Knobs:
         problems.append(f"SGLANG_SIM_ANSWERS={knobs.answers!r} is unknown (known: {', '.join(ANSWER_MODES)}); off")
         knobs.answers = ""
     if knobs.gauges not in ("live", "published"):
-        problems.append(f"SGLANG_SIM_GAUGES={knobs.gauges!r} is not live or published; using live")
-        knobs.gauges = "live"
+        problems.append(f"SGLANG_SIM_GAUGES={knobs.gauges!r} is not live or published; using published")
+        knobs.gauges = "published"
     if knobs.answer_error_rate > 1:
         problems.append(f"SGLANG_SIM_ANSWER_ERROR_RATE={knobs.answer_error_rate:g} is above 1; using 1")
         knobs.answer_error_rate = 1.0
