@@ -198,32 +198,48 @@ RECOVERY_BOUND = {
     "prefill": STARTUP_DELAY + 35.0,
     "router": 30.0,
 }
-# A prefill's KV back at idle: its sglang:num_used_tokens 0 (and token_usage 0) within this many seconds after the
-# load ended. sglang refreshes the scheduler gauges every 40 decode steps and every 30 s when idle
-# (scheduler_components/metrics_reporter.py), so a reading may lag by 30 s.
+# A prefill's KV back at idle: num_used_tokens 0 (and token_usage 0) within this many seconds after the load ended,
+# read from its /v1/loads: sglang 0.5.23 publishes that snapshot at once when the scheduler finds itself idle and every
+# 50 ms while work waits with no batch (scheduler.py on_idle, publish_load_snapshot). Its /metrics gauges of the same
+# names are not for this: they are rewritten per prefill batch, every 40 decode passes, and at idle only at once when
+# the running gauge is stale, else every 30 s (scheduler_components/metrics_reporter.py), and never while a request
+# waits in the bootstrap queue, so they can hold a freed KV for as long as such a request waits.
 KV_IDLE_TIMEOUT = 60.0
 PREFILL_KV = re.compile(r"^sglang:(num_used_tokens|token_usage)(?:\{[^}]*\})? (\S+)$", re.M)
+KV_FIELDS = ("num_used_tokens", "token_usage")
 
 
-def prefill_kv(metrics):
-    """{"num_used_tokens": x, "token_usage": y} summed over the series of one /metrics text (one per DP rank)."""
+def prefill_kv(page):
+    """{"num_used_tokens": x, "token_usage": y} summed over the DP ranks of a prefill's /v1/loads answer (its JSON
+    text: sglang/srt/entrypoints/v1_loads.py, load_inquirer.py get_loads), or over the series of a /metrics text;
+    {} for an answer that is neither (an error)."""
     found = {}
-    for name, value in PREFILL_KV.findall(metrics):
+    if page.lstrip().startswith("{"):
+        try:
+            loads = json.loads(page).get("loads")
+        except (ValueError, AttributeError):
+            return {}
+        for load in loads if isinstance(loads, list) else []:
+            for name in KV_FIELDS:
+                if isinstance(load, dict) and isinstance(load.get(name), (int, float)):
+                    found[name] = found.get(name, 0.0) + float(load[name])
+        return found
+    for name, value in PREFILL_KV.findall(page):
         found[name] = found.get(name, 0.0) + float(value)
     return found
 
 
 def kv_idle(reading):
-    """Is a prefill_kv() reading a prefill at idle: both gauges present and 0?"""
-    return set(reading) == {"num_used_tokens", "token_usage"} and not any(reading.values())
+    """Is a prefill_kv() reading a prefill at idle: both present and 0?"""
+    return set(reading) == set(KV_FIELDS) and not any(reading.values())
 
 
-def wait_kv_idle(read_metrics, timeout=KV_IDLE_TIMEOUT, interval=1.0, clock=time.monotonic, sleep=time.sleep):
-    """Polls READ_METRICS() (a prefill's /metrics text, or None when it did not answer) until kv_idle(), for at most
+def wait_kv_idle(read_loads, timeout=KV_IDLE_TIMEOUT, interval=1.0, clock=time.monotonic, sleep=time.sleep):
+    """Polls READ_LOADS() (a prefill's /v1/loads answer, or None when it did not answer) until kv_idle(), for at most
     TIMEOUT s by the clock; returns (idle, seconds waited, the last reading)."""
     started, reading = clock(), {}
     while True:
-        text = read_metrics()
+        text = read_loads()
         reading = prefill_kv(text) if text is not None else {}
         waited = round(clock() - started, 1)
         if kv_idle(reading) or waited >= timeout:

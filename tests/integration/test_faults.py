@@ -123,15 +123,17 @@ def guest_now(host):
     return float(on_host(host, "date +%s.%N").stdout)
 
 
-def prefill_metrics(host):
-    """The prefill's own /metrics text, or None when it did not answer."""
-    proc = on_host(host, f"curl -sf --noproxy '*' -m 5 http://127.0.0.1:{PREFILL_PORT}/metrics", check=False)
+def prefill_loads(host):
+    """The prefill's own /v1/loads answer (its published load snapshot, faults.KV_IDLE_TIMEOUT says why not /metrics),
+    or None when it did not answer."""
+    url = f"http://127.0.0.1:{PREFILL_PORT}/v1/loads?include=core"
+    proc = on_host(host, f"curl -sf --noproxy '*' -m 5 '{url}'", check=False)
     return proc.stdout if proc.returncode == 0 else None
 
 
 def assert_kv_idle(host):
     """The prefill's KV back at idle by what it records itself (faults.wait_kv_idle); returns the seconds waited."""
-    idle, waited, reading = faults.wait_kv_idle(lambda: prefill_metrics(host))
+    idle, waited, reading = faults.wait_kv_idle(lambda: prefill_loads(host))
     assert idle, f"the prefill's KV is not back at idle {waited} s after the load: {reading}"
     return waited
 

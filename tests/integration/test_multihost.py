@@ -330,12 +330,14 @@ def served_after(result, t):
 
 
 def prefill_kv_used(cluster):
-    """{unit: sglang:num_used_tokens} of every prefill."""
+    """{unit: num_used_tokens} of every prefill, from its /v1/loads (published at once when its scheduler is idle; its
+    /metrics gauges may hold a freed KV up to 30 s: faults.KV_IDLE_TIMEOUT); None for a prefill that did not answer."""
     prefill = cluster["layout"]["prefill"][0]
     used = {}
     for unit in ("sglang-prefill0", "sglang-prefill1"):
-        page = on(router(cluster), f"curl -sf --noproxy '*' -m 10 {worker_url(cluster, unit, prefill['name'])}/metrics")
-        used[unit] = sum(float(m) for m in re.findall(r"^sglang:num_used_tokens\{[^}]*\} (\S+)$", page, re.M))
+        url = f"{worker_url(cluster, unit, prefill['name'])}/v1/loads?include=core"
+        page = on(router(cluster), f"curl -sf --noproxy '*' -m 10 '{url}'")
+        used[unit] = faults.prefill_kv(page).get("num_used_tokens")
     return used
 
 
@@ -424,10 +426,12 @@ def test_flag_change_rolls_out_without_a_failed_request(cluster, router_impl, ca
         )
     judge_restarts(cluster, result, units, since, capsys)
     # No handoff broke: every prefill's KV is back to idle once the load is over.
-    deadline, used = time.monotonic() + 15, {}
-    while time.monotonic() < deadline and any((used := prefill_kv_used(cluster)).values()):
+    deadline = time.monotonic() + 15
+    used = prefill_kv_used(cluster)
+    while time.monotonic() < deadline and any(kv != 0 for kv in used.values()):
         time.sleep(1)
-    assert not any(used.values()), f"prefill KV not back to idle after the restarts: {used}"
+        used = prefill_kv_used(cluster)
+    assert used and all(kv == 0 for kv in used.values()), f"prefill KV not back to idle after the restarts: {used}"
 
 
 # The control: a restart without the removal step (systemctl restart while the router still routes to it) is caught by

@@ -1,5 +1,7 @@
 """tests/integration/faults.py: how a fault is judged from what the services and the load recorded."""
 
+import json
+
 import faults
 from samples import Clock
 
@@ -19,6 +21,30 @@ def test_the_kv_reading_sums_the_gauges_and_ignores_other_series():
     assert faults.kv_idle(faults.prefill_kv(METRICS))
     assert not faults.kv_idle(faults.prefill_kv(busy))
     assert not faults.kv_idle({"num_used_tokens": 0.0}), "a missing gauge is no reading of idle"
+
+
+def loads(*ranks):
+    """A prefill's /v1/loads answer (sglang 0.5.23 v1_loads.py, ?include=core), one load per (used, usage) rank."""
+    return json.dumps({"version": "0.5.23", "loads": [
+        {"dp_rank": i, "num_running_reqs": 0, "num_waiting_reqs": 0, "num_used_tokens": used, "token_usage": usage}
+        for i, (used, usage) in enumerate(ranks)]})  # fmt: skip
+
+
+def test_the_kv_reading_of_a_v1_loads_answer_sums_its_dp_ranks():
+    assert faults.prefill_kv(loads((0, 0.0), (0, 0.0))) == {"num_used_tokens": 0.0, "token_usage": 0.0}
+    assert faults.prefill_kv(loads((0, 0.0), (96, 0.0002))) == {"num_used_tokens": 96.0, "token_usage": 0.0002}
+    assert faults.kv_idle(faults.prefill_kv(loads((0, 0.0))))
+    assert not faults.kv_idle(faults.prefill_kv(loads((96, 0.0002))))
+    for error in ('{"detail": "Unauthorized"}', '{"loads": "x"}', "{not json", '{"loads": [{"dp_rank": 0}]}'):
+        assert not faults.kv_idle(faults.prefill_kv(error)), f"{error}: no reading of idle"
+
+
+def test_the_kv_wait_reads_the_load_snapshot_not_a_stale_gauge():
+    # the wait polls what it is given: the fault tests give it /v1/loads, which the idle scheduler publishes at once,
+    # where /metrics may still hold the freed KV (a request waiting in the bootstrap queue keeps the gauges)
+    clock = Clock()
+    answers = iter([None, loads((48, 0.0001)), loads((0, 0.0))])
+    assert faults.wait_kv_idle(lambda: next(answers), timeout=10, clock=clock, sleep=clock.sleep)[:2] == (True, 2.0)
 
 
 def test_the_kv_wait_ends_at_idle_or_on_the_clock():
