@@ -1,7 +1,8 @@
 """The simulator's load gauges and load snapshot are published as sglang 0.5.23 publishes them, not live counts
 (sglang/srt/managers/scheduler_components/metrics_reporter.py report_prefill_stats, report_decode_stats,
 _maybe_log_idle_metrics; sglang/srt/managers/scheduler.py publish_load_snapshot, on_idle), and the collection's
-measured drain (plugins/module_utils/units/batch_restart.py drain) is not fooled by a gauge that is stale at 0.
+measured drain (plugins/module_utils/units/batch_restart.py drain) is not fooled by a gauge that is stale at 0, nor
+held by one that a request's end left non-zero. The simulator's default is published (cli.py Knobs.gauges).
 
 Engine tests run in process with a fake clock-free scheduler; worker tests run simulators on 127.0.0.1.
 """
@@ -221,3 +222,53 @@ def test_the_collections_drain_waits_for_a_request_the_gauges_miss(sims):
     calls[1]["thread"].join(10)
     assert drained["left"] == 0 and drained["seconds"] > 0.5
     assert ended >= calls[1]["at"] - 0.1  # not before the decode answered (its snapshot is 50 ms fresh at idle)
+
+
+def drain_of(sim, timeout: float) -> dict:
+    """batch_restart.drain as the rolling batch and the retirement run it against an instance out of the router."""
+    health = sim.url("/health")
+    return batch_restart.drain(service_health.metrics_url(health), timeout, fetch=service_health.fetch,
+                               sleep=time.sleep, clock=time.monotonic, poll=0.05,
+                               loads=batch_restart.loads_url(health))  # fmt: skip
+
+
+def test_the_drain_waits_out_a_prefill_request_its_gauges_never_counted_and_ends_when_it_ends(sims):
+    # a default (published) prefill: a request in its bootstrap queue is in no gauge (no batch ran: stale at 0) but in
+    # its load snapshot (on_idle, every 50 ms while work waits); the drain neither ends on the stale 0 nor waits on
+    # after the request's bootstrap timeout
+    prefill = sims.start("prefill", "--enable-metrics", env={"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "2"})
+    waiting = in_thread(http, "POST", prefill.url("/generate"), {
+        "text": "x", "sampling_params": {"max_new_tokens": 2}, "bootstrap_host": "127.0.0.1",
+        "bootstrap_port": prefill.bootstrap, "bootstrap_room": 31})  # fmt: skip
+    deadline = time.monotonic() + 3
+    while load(prefill)["num_waiting_reqs"] == 0:
+        assert time.monotonic() < deadline, "the request never reached the bootstrap queue"
+        time.sleep(0.02)
+    assert prom_text.in_flight(prefill.metrics_text()) == 0  # stale: what a gauges-only drain would believe
+    drained = drain_of(prefill, 10)
+    ended = time.monotonic()
+    waiting["thread"].join(5)
+    assert waiting["answer"][0] == 500  # the bootstrap timeout
+    assert drained["left"] == 0 and drained["seconds"] > 1.0, drained
+    assert waiting["at"] - 0.1 <= ended < waiting["at"] + 1.0, (ended - waiting["at"], drained)
+
+
+def test_the_drain_ends_on_a_decode_s_refreshed_gauges_at_once_not_after_the_idle_rewrite_period(sims):
+    # 60 tokens: the gauges are refreshed at the 40th decode pass (running 1) and hold it until the idle scheduler
+    # rewrites its stale running gauge, at once (metrics_reporter.py _maybe_log_idle_metrics), not after 30 s; the
+    # drain, which takes the larger of the gauges and the load snapshot, ends within a second of the answer
+    prefill = sims.start("prefill")
+    decode = sims.start("decode", "--enable-metrics", env={"SGLANG_SIM_TOKEN_LATENCY": "0.05"})
+    body = {"text": "a prompt", "sampling_params": {"max_new_tokens": 60}, "bootstrap_host": "127.0.0.1",
+            "bootstrap_port": prefill.bootstrap, "bootstrap_room": 4712}  # fmt: skip
+    calls = [in_thread(http, "POST", sim.url("/generate"), body, timeout=20) for sim in (prefill, decode)]
+    deadline = time.monotonic() + 6
+    while prom_text.in_flight(decode.metrics_text()) == 0:  # the 40th pass: the gauges count the request
+        assert time.monotonic() < deadline and calls[1]["thread"].is_alive(), "the gauges never counted the request"
+        time.sleep(0.02)
+    drained = drain_of(decode, 20)
+    ended = time.monotonic()
+    calls[1]["thread"].join(10)
+    assert calls[1]["answer"][0] == 200
+    assert drained["left"] == 0 and drained["seconds"] > 0.5, drained
+    assert calls[1]["at"] - 0.1 <= ended < calls[1]["at"] + 1.0, (ended - calls[1]["at"], drained)

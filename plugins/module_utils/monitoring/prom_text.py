@@ -125,7 +125,13 @@ def loads_in_flight(answer):
 
 def in_flight_of(*readings):
     """One drain reading from several (in_flight of /metrics, of /v1/loads): the most any of them counts, None when
-    none can tell. A snapshot that is stale at 0 is outvoted by one that still counts the request."""
+    none can tell. A snapshot that is stale at 0 is outvoted by one that still counts the request: the gauges read 0
+    while a decode's request runs its first 40 passes, and a PD prefill's load snapshot is written as its batch's
+    result comes in, before the batch joins the in-flight queue, which its gauges count (scheduler.py
+    process_batch_result, disaggregation/prefill.py report_prefill_stats) until the scheduler's next idle look. A
+    stale non-zero does not hold a drain either: on a PD worker every report counts a running request (the PD
+    prefill's its forward batch, the decode's its decode batch), and the fully idle scheduler rewrites a running gauge
+    that is stale at once (metrics_reporter.py _maybe_log_idle_metrics), publishing its load snapshot too."""
     known = [left for left in readings if left is not None]
     return max(known) if known else None
 
