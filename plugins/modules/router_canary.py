@@ -46,10 +46,16 @@ options:
         the routers try it 5 times); turn it on for an engine that can.
     type: bool
     default: false
+  worker_api_key:
+    description:
+      - The workers' API key, which sglang asks of C(/v1/loads) (read beside each worker's C(/metrics) to count the
+        requests they held as the canary began).
+    type: str
+    default: ""
   workers:
     description:
-      - The workers whose C(/metrics) are read, each with C(unit) and C(metrics_url). A unit spec of the
-        collection's plan serves as it is.
+      - The workers whose C(/metrics) and C(/v1/loads) are read, each with C(unit) and C(metrics_url). A unit spec of
+        the collection's plan serves as it is.
     type: list
     elements: dict
     default: []
@@ -177,8 +183,9 @@ unanswered:
   elements: str
   returned: when not in check mode
 in_flight_before:
-  description: The requests the workers held (their scheduler gauges) when the canary began; a failed transfer or
-    bootstrap counted during the request may be theirs.
+  description: The requests the workers held when the canary began (per worker the larger of its scheduler gauges
+    and its C(/v1/loads), both snapshots sglang publishes); a failed transfer or bootstrap counted during the request
+    may be theirs.
   type: int
   returned: unless in check mode
 """
@@ -189,6 +196,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils.router import router
 ARGUMENT_SPEC = {
     "url": {"type": "str", "required": True},
     "api_key": {"type": "str", "default": "", "no_log": True},
+    "worker_api_key": {"type": "str", "default": "", "no_log": True},
     "prompt": {"type": "str", "default": "The capital of France is"},
     "max_new_tokens": {"type": "int", "default": 8, "no_log": False},  # a length, not a secret
     "timeout": {"type": "int", "default": 120},
@@ -207,7 +215,7 @@ def main():
     missing = [i for i, w in enumerate(params["workers"]) if not w.get("unit") or not w.get("metrics_url")]
     if missing:
         module.fail_json(msg=f"workers {missing}: each needs a unit and a metrics_url")
-    keys = ("prompt", "max_new_tokens", "api_key", "timeout", "simulated", "parallel_sampling")
+    keys = ("prompt", "max_new_tokens", "api_key", "worker_api_key", "timeout", "simulated", "parallel_sampling")
     options = {key: params[key] for key in keys}
     result = router_canary.run(params["url"], params["workers"], options)
     if not result["passed"]:

@@ -77,9 +77,11 @@ class FakeDeployment:
     """The router's answers to the request in order (the last repeats), each worker's /metrics readings in order
     (None: it does not answer), and a clock that only sleep moves."""
 
-    def __init__(self, answers, readings=(BEFORE, AFTER)):
+    def __init__(self, answers, readings=(BEFORE, AFTER), loads=None):
         self.answers = list(answers)
         self.readings = {unit: [r.get(unit) for r in readings] for unit in readings[0]}
+        self.loads = loads or {}  # unit: its /v1/loads answer (JSON text); a worker not named answers 404
+        self.loads_headers = []
         self.now = 1000.0
         self.slept = []
         self.posts = []
@@ -92,7 +94,13 @@ class FakeDeployment:
             return GOOD[route_of(url, body)]
         return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
 
-    def fetch(self, url):
+    def fetch(self, url, headers=None):
+        by_loads = {rc.loads_url(w["metrics_url"]): w["unit"] for w in (PREFILL, DECODE)}
+        if url in by_loads:
+            with self.lock:
+                self.loads_headers.append(headers)
+            text = self.loads.get(by_loads[url])
+            return (404, '{"detail": "Not Found"}', None) if text is None else (200, text, None)
         unit = {w["metrics_url"]: w["unit"] for w in (PREFILL, DECODE)}[url]
         with self.lock:
             text = self.readings[unit].pop(0)
@@ -461,3 +469,34 @@ def test_the_requests_the_workers_held_when_the_canary_began_are_counted(decode_
     fake = FakeDeployment([PARIS], ({**BEFORE, DECODE["unit"]: decode_before}, failed_after))
     result = fake.run()
     assert (result["passed"], result["report"]["failed"], result["in_flight_before"]) == (True, 3, others)
+
+
+def loads_answer(running, waiting=0):
+    """A worker's /v1/loads answer (sglang 0.5.23 v1_loads.py), one DP rank."""
+    return json.dumps({"loads": [{"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": waiting,
+                                  "disaggregation": {"prefill_inflight_queue_reqs": 0}}]})  # fmt: skip
+
+
+def test_the_requests_held_count_what_the_load_snapshot_counts_where_the_published_gauges_read_0():
+    """sglang's gauges are published every 40 decode passes (metrics_reporter.py): a decode's requests in their first
+    passes read 0 there, and its /v1/loads (published at their arrival, then every 15 passes) counts them. The
+    workers' key goes with /v1/loads, which sglang guards with it."""
+    idle_gauges = "sglang:num_running_reqs 0\nsglang:num_decode_transfer_queue_reqs 0\n"
+    failed_after = {**AFTER, DECODE["unit"]: "sglang:num_bootstrap_failed_reqs_total 1"}
+    fake = FakeDeployment([PARIS], ({**BEFORE, DECODE["unit"]: idle_gauges}, failed_after),
+                          loads={DECODE["unit"]: loads_answer(2, 1)})  # fmt: skip
+    result = fake.run(worker_api_key="wk")
+    assert (result["passed"], result["report"]["failed"], result["in_flight_before"]) == (True, 1, 3)
+    assert fake.loads_headers == [{"Authorization": "Bearer wk"}] * 2  # both workers, before the routes only
+
+
+def test_the_requests_held_take_the_larger_of_the_gauges_and_the_load_snapshot():
+    busy_gauges = "sglang:num_running_reqs 4\n"
+    fake = FakeDeployment(
+        [PARIS],
+        ({**BEFORE, DECODE["unit"]: busy_gauges}, AFTER),
+        loads={DECODE["unit"]: loads_answer(1), PREFILL["unit"]: '{"detail": "Unauthorized"}'},
+    )
+    result = fake.run()
+    assert result["in_flight_before"] == 4
+    assert fake.loads_headers == [None, None]  # no workers' key: none sent

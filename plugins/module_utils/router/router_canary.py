@@ -28,7 +28,11 @@ timeout (one deadline for all routes) passes; each route is tried at least once.
 import json
 import time
 
-from ansible_collections.disagg.sglang.plugins.module_utils.monitoring.prom_text import in_flight, kv_transfer_report
+from ansible_collections.disagg.sglang.plugins.module_utils.monitoring.prom_text import (
+    in_flight,
+    in_flight_of,
+    kv_transfer_report,
+)
 from ansible_collections.disagg.sglang.plugins.module_utils.units import service_health
 
 METRICS_TIMEOUT = 10  # seconds for one worker's /metrics
@@ -37,9 +41,31 @@ RETRY_DELAY = 2  # seconds between two tries
 ANSWER_LIMIT = service_health.BODY_LIMIT  # characters of an answer that is not JSON, or of the last failed one
 
 
-def fetch_metrics(url):
-    """(status, text, error) of one worker's /metrics page."""
-    return service_health.fetch(url, METRICS_TIMEOUT, limit=service_health.METRICS_LIMIT)
+def fetch_metrics(url, headers=None):
+    """(status, text, error) of one worker's /metrics page, or of its /v1/loads answer (HEADERS: the workers' key)."""
+    return service_health.fetch(url, METRICS_TIMEOUT, limit=service_health.METRICS_LIMIT, headers=headers)
+
+
+def loads_url(metrics_url):
+    """The /v1/loads URL beside a worker's /metrics URL, asking for the sections prom_text.in_flight reads."""
+    return metrics_url[: -len("/metrics")] + "/v1/loads?include=core,disagg" if metrics_url.endswith("/metrics") else ""
+
+
+def held(workers, before, worker_api_key, *, fetch=fetch_metrics):
+    """The requests the workers held as the canary began: per worker the larger of its /metrics gauges (BEFORE, the
+    reading of read_metrics) and its /v1/loads (read here, with WORKER_API_KEY: sglang asks the key of /v1/loads, not
+    of /metrics), as the drain reads them (prom_text.in_flight_of). Both are published snapshots, and the gauges
+    read 0 while a decode's request runs its first 40 decode passes (metrics_reporter.py report_decode_stats); the
+    load snapshot counts it from its arrival (scheduler.py on_idle, publish_load_snapshot)."""
+    headers = {"Authorization": f"Bearer {worker_api_key}"} if worker_api_key else None
+
+    def one(worker):
+        url = loads_url(worker["metrics_url"])
+        status, text, _error = fetch(url, headers=headers) if url else (None, "", "")
+        loads = in_flight(text or "") if status == 200 else None
+        return in_flight_of(in_flight(before.get(worker["unit"]) or ""), loads) or 0
+
+    return sum(service_health.at_once(one, workers))
 
 
 def post(url, body, headers):
@@ -272,6 +298,7 @@ def run(url, workers, options, *, fetch=fetch_metrics, post=post, sleep=time.sle
     base = url.rstrip("/")
     headers = request_headers(options.get("api_key"))
     before, missed_before = read_metrics(workers, fetch=fetch)
+    others = held(workers, before, options.get("worker_api_key"), fetch=fetch)
     deadline = clock() + options["timeout"]
     model = None
     routes = []
@@ -292,10 +319,9 @@ def run(url, workers, options, *, fetch=fetch_metrics, post=post, sleep=time.sle
         routes.append({"route": route, "passed": passed, "status": status, "reason": reason, "answer": answer,
                        "tries": tries, "seconds": seconds})  # fmt: skip
     after, missed_after = read_metrics(workers, fetch=fetch)
-    # Requests the workers held when the canary began (their scheduler gauges, prom_text.in_flight): a failure they
-    # count during the window may be theirs (a decode still waiting for a bootstrap that will never come gives up
-    # later and counts it), so it cannot be laid on this request.
-    others = sum(in_flight(text) or 0 for text in before.values())
+    # Requests the workers held when the canary began (held: their gauges and load snapshots): a failure they count
+    # during the window may be theirs (a decode still waiting for a bootstrap that will never come gives up later and
+    # counts it), so it cannot be laid on this request.
     first = routes[0]
     return {
         "in_flight_before": others,
