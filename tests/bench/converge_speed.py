@@ -49,6 +49,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.insert(0, str(REPO))  # multihost reads tests.sandbox.engine_timing
 
 import multihost  # noqa: E402
 from sandbox_hosts import VENV_BIN, debug_messages, down, run, ssh_config, up, write_inventory  # noqa: E402
@@ -299,7 +300,8 @@ def roll_host_vars(delay, generation, health_poll=None):
             {"name": "decode0", "tp": 2, "port": 30001, "dist_init_port": 30435},
             {"name": DECODE1, "tp": 2, "port": 30011, "dist_init_port": 30445, "env": {"BENCH_ROLL": str(generation)}},
         ],
-        "sglang_decode_extra_env": {"SGLANG_SIM_STARTUP_DELAY": str(delay)},
+        # the measured load alone: no warm-up (the sandbox's default, tests/sandbox/engine_timing.py, adds 2 s)
+        "sglang_decode_extra_env": {"SGLANG_SIM_STARTUP_DELAY": str(delay), "SGLANG_SIM_WARMUP_DELAY": "0"},
     }
 
 

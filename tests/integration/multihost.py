@@ -19,6 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.sandbox.engine_timing import LOAD_S, WARMUP_S
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "inventories" / "multihost-example" / "group_vars"
 SANDBOX_VARS = REPO / "inventories" / "sandbox" / "group_vars"
@@ -28,22 +30,16 @@ DECODE_INSTANCES = {
     3: {"name": "decode0", "tp": 4, "port": 30001, "dist_init_port": 30435},
     4: {"name": "decode1", "tp": 4, "port": 30011, "dist_init_port": 30445},
 }
-# An engine that starts as sglang does, only shorter (issue 37): every start loads "weights" for LOAD_S seconds with
-# its HTTP port closed, then warms up for WARMUP_S seconds answering /health 503 (sglang 0.5.23: http_server.py binds
-# after the model is loaded; the warm-up request runs before /health answers 200). Together longer than the router's
-# health-check interval (10 s) and several of the run's health polls (sglang_health_poll 2 s in the sandbox), so a
-# re-add racing a loading worker, a health wait over many polls and a rollback that waits out two loads are what the
-# scenarios exercise. DeepSeek-V4-Flash loads for minutes; the production budget is sglang_health_timeout 1800 s.
+# Every sandbox host starts its engines as sglang does, only shorter (tests/sandbox/engine_timing.py, issue 37): a
+# weight load of LOAD_S s with the port closed, then a warm-up of WARMUP_S s answering /health 503; together longer
+# than the router's health-check interval (10 s) and several of the run's health polls, so a re-add racing a loading
+# worker, a health wait over many polls and a rollback that waits out two loads are what the scenarios exercise.
 # After its drain a worker stops as sglang's does (ShutdownReq, then the scheduler's exit) but its scheduler exits in
 # 5 s, not the double's default 15 s (sglang's bound, _SCHEDULER_EXIT_TIMEOUT_SECS): the scenarios restart about 35
 # workers, and the full 15 s would cost CI about 6 more minutes. The stop timeout against the full 15 s is exercised by
 # the one-host sandbox modules (test_site, test_faults: the double's default) and tests/unit/test_pdsim_drain.py.
-LOAD_S, WARMUP_S, SCHEDULER_EXIT_S = 10, 2, 5
-ENGINE_START_ENV = {
-    "SGLANG_SIM_STARTUP_DELAY": str(LOAD_S),
-    "SGLANG_SIM_WARMUP_DELAY": str(WARMUP_S),
-    "SGLANG_SIM_SCHEDULER_EXIT": str(SCHEDULER_EXIT_S),
-}
+SCHEDULER_EXIT_S = 5
+ENGINE_STOP_ENV = {"SGLANG_SIM_SCHEDULER_EXIT": str(SCHEDULER_EXIT_S)}
 # Settings of the test run (not of the example): sglang_restart_sec at its production value (the role's default),
 # simulated prefill and decode time so the rolling and fault loads have requests in flight on every worker, and a
 # health wait a few loads long, so a change whose workers never become healthy is rolled back within a test.
@@ -51,12 +47,12 @@ TEST_VARS = {
     "sglang_health_timeout": 4 * (LOAD_S + WARMUP_S),
     # a prefill that takes 1 s (16 at once), so a prefill taken out of the router under load still holds requests
     "sglang_prefill_extra_env": {
-        **ENGINE_START_ENV,
+        **ENGINE_STOP_ENV,
         "SGLANG_SIM_TOKEN_LATENCY": "0.005",
         "SGLANG_SIM_PREFILL_LATENCY": "1.0",
         "SGLANG_SIM_PREFILL_SLOTS": "16",
     },
-    "sglang_decode_extra_env": {**ENGINE_START_ENV, "SGLANG_SIM_TOKEN_LATENCY": "0.005"},
+    "sglang_decode_extra_env": {**ENGINE_STOP_ENV, "SGLANG_SIM_TOKEN_LATENCY": "0.005"},
 }
 
 

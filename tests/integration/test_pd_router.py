@@ -136,6 +136,9 @@ class Launcher:
                 "--port", str(port), "--disaggregation-mode", role, "--page-size", "256",
                 "--disaggregation-transfer-backend", "nixl", "--enable-metrics"]  # fmt: skip
         ports = {"port": port}
+        # An instant engine (no weight load, no warm-up: the double's default), unlike the sandbox hosts' engines
+        # (tests/sandbox/engine_timing.py): these loopback tests are of the routers and the double; no run of the
+        # collection waits on them (the load and warm-up themselves: test_sim_health_503_while_loading_then_200).
         # teardown's SIGTERM: a short watchdog period (sglang: 5 s) and a scheduler that exits at once after the drain
         # (sglang: up to 15 s, the double's default): these tests are of the routers and time no engine shutdown
         # (tests/unit/test_pdsim_drain.py does)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.sandbox.engine_timing import LOAD_S, WARMUP_S
+
 REPO = Path(__file__).resolve().parents[2]
 NAME = "pytest-teardown"
 STATE = REPO / ".cache" / "sandbox" / NAME
@@ -102,6 +104,20 @@ def test_two_hosts_boot_systemd_and_answer_ssh(booted):
     peer = hosts[1]["name"]
     probe = f"import socket; print(socket.create_connection(('{peer}', 22), 3).recv(7).decode())"
     assert ssh(hosts[0]["name"], f'python3 -c "{probe}"').stdout.strip() == "SSH-2.0"
+
+
+def test_every_unit_of_a_host_loads_and_warms_up_as_the_engine_timing_says(booted):
+    """The test bed's engine timing (tests/sandbox/engine_timing.py) reaches every service a host starts, and a unit's
+    own environment wins over it; an ssh session (where the collection's flag check runs the double) does not get it."""
+    hosts, _records = booted
+    show = "systemd-run --wait --pipe --quiet {} sh -c 'echo $SGLANG_SIM_STARTUP_DELAY $SGLANG_SIM_WARMUP_DELAY'"
+    for host in hosts:
+        inherited = ssh(host["name"], show.format(""))
+        assert inherited.stdout.split() == [str(LOAD_S), str(WARMUP_S)], inherited
+        opted_out = ssh(host["name"], show.format("-p Environment=SGLANG_SIM_STARTUP_DELAY=0"))
+        assert opted_out.stdout.split() == ["0", str(WARMUP_S)], opted_out
+        session = ssh(host["name"], 'echo "[$SGLANG_SIM_STARTUP_DELAY]"')
+        assert session.stdout.strip() == "[]", session
 
 
 def test_up_again_is_a_no_op(booted):

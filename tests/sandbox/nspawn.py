@@ -22,7 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
-from . import fakegpu
+from . import engine_timing, fakegpu
 from .rootfs import ensure_rootfs
 from .shell import REPO, WHEELHOUSE, SandboxError, locked, log, mounts_under, run
 
@@ -177,6 +177,7 @@ def render_guest(upper: Path, host: dict, peers: list[dict], pubkey: str) -> Non
     (ssh / "authorized_keys").write_text(pubkey)
     (ssh / "authorized_keys").chmod(0o600)
     fakegpu.render(upper, host["name"], host["topology"])
+    engine_timing.render(upper)
 
 
 def launch(host: dict, base: Path) -> None:
