@@ -250,13 +250,13 @@ def test_the_drain_waits_out_a_prefill_request_its_gauges_never_counted_and_ends
     waiting["thread"].join(5)
     assert waiting["answer"][0] == 500  # the bootstrap timeout
     assert drained["left"] == 0 and drained["seconds"] > 1.0, drained
-    assert waiting["at"] - 0.1 <= ended < waiting["at"] + 1.0, (ended - waiting["at"], drained)
+    assert waiting["at"] - 0.1 <= ended < waiting["at"] + 3.0, (ended - waiting["at"], drained)
 
 
 def test_the_drain_ends_on_a_decode_s_refreshed_gauges_at_once_not_after_the_idle_rewrite_period(sims):
     # 60 tokens: the gauges are refreshed at the 40th decode pass (running 1) and hold it until the idle scheduler
     # rewrites its stale running gauge, at once (metrics_reporter.py _maybe_log_idle_metrics), not after 30 s; the
-    # drain, which takes the larger of the gauges and the load snapshot, ends within a second of the answer
+    # drain, which takes the larger of the gauges and the load snapshot, ends seconds after the answer (not 30)
     prefill = sims.start("prefill")
     decode = sims.start("decode", "--enable-metrics", env={"SGLANG_SIM_TOKEN_LATENCY": "0.05"})
     body = {"text": "a prompt", "sampling_params": {"max_new_tokens": 60}, "bootstrap_host": "127.0.0.1",
@@ -271,4 +271,4 @@ def test_the_drain_ends_on_a_decode_s_refreshed_gauges_at_once_not_after_the_idl
     calls[1]["thread"].join(10)
     assert calls[1]["answer"][0] == 200
     assert drained["left"] == 0 and drained["seconds"] > 0.5, drained
-    assert calls[1]["at"] - 0.1 <= ended < calls[1]["at"] + 1.0, (ended - calls[1]["at"], drained)
+    assert calls[1]["at"] - 0.1 <= ended < calls[1]["at"] + 3.0, (ended - calls[1]["at"], drained)

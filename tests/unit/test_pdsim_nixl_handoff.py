@@ -373,7 +373,7 @@ def test_the_simulators_prefill_fails_a_room_whose_decode_died_after_its_nixl_of
     assert time.monotonic() - t_kill < 6  # the prefill's latency (3 s) and the write's error, no wait
     # the room's KV freed: the load snapshot, which the idle scheduler publishes at its next look (scheduler.py
     # on_idle), not at the answer; the gauges are published (metrics_reporter.py), read from /v1/loads instead
-    deadline = time.monotonic() + 1
+    deadline = time.monotonic() + 3
     while True:
         got = http("GET", prefill.url("/v1/loads?include=core,disagg"))[1]["loads"][0]
         if got["num_used_tokens"] == 0 and got["disaggregation"]["prefill_inflight_queue_reqs"] == 0:

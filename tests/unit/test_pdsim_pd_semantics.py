@@ -142,7 +142,7 @@ def test_prefill_waits_for_decode_connection_then_bootstrap_timeout(sims):
     assert "timed out after" in err["error"]["message"] and "in KVPoll.Bootstrapping" in err["error"]["message"]
     # out of the bootstrap queue, and never prefilled: no KV was allocated (the load snapshot, which the idle
     # scheduler publishes at once; the gauges never counted the request: test_pdsim_gauges.py)
-    idle = wait_load(prefill, lambda got: got["disaggregation"]["prefill_bootstrap_queue_reqs"] == 0, 1)
+    idle = wait_load(prefill, lambda got: got["disaggregation"]["prefill_bootstrap_queue_reqs"] == 0, 3)
     assert idle["num_used_tokens"] == 0 and idle["token_usage"] == 0.0, idle
     assert gauge(prefill, "sglang:num_bootstrap_failed_reqs_total") == 1.0
 
@@ -216,7 +216,7 @@ def test_mooncake_frees_kv_of_a_decode_gone_before_transfer(sims):
     assert status == 500 and "Decode instance could be dead" in err["error"]["message"]
     # freed: the load snapshot says so at once; the gauges at the idle scheduler's next look (they hold the prefill
     # batch's report, running 1, until then: a stale running gauge is rewritten at once)
-    assert wait_load(prefill, kv_freed, 1)["token_usage"] == 0.0
+    assert wait_load(prefill, kv_freed, 3)["token_usage"] == 0.0
     wait_gauge(prefill, "sglang:token_usage", 0.0, 3)
     assert gauge(prefill, "sglang:num_transfer_failed_reqs_total") == 1.0
 
@@ -232,7 +232,7 @@ def test_nixl_fails_and_frees_kv_of_a_decode_gone_before_transfer(sims):
         "KVTransferError(bootstrap_room=78): KVSender failed to post transfer: NIXL_ERR_REMOTE_DISCONNECT"
     )
     # freed (the load snapshot: the idle scheduler's next look, not the answer's instant)
-    assert wait_load(prefill, kv_freed, 1)["token_usage"] == 0.0
+    assert wait_load(prefill, kv_freed, 3)["token_usage"] == 0.0
     assert gauge(prefill, "sglang:num_transfer_failed_reqs_total") == 1.0
 
 
@@ -303,7 +303,7 @@ def test_a_nixl_room_whose_decode_died_frees_its_kv_with_its_client_gone(sims):
     while not ended():
         assert time.monotonic() - t0 < 8, "the room neither failed nor was aborted"
         time.sleep(0.05)
-    assert wait_load(prefill, kv_freed, 1)["token_usage"] == 0.0
+    assert wait_load(prefill, kv_freed, 3)["token_usage"] == 0.0
     wait_gauge(prefill, "sglang:num_used_tokens", 0.0, 3)  # a stale running gauge: rewritten at the idle look
     failed = gauge(prefill, "sglang:num_transfer_failed_reqs_total")
     assert failed + gauge(prefill, "sglang:num_aborted_requests_total") == 1.0
