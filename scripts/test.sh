@@ -11,6 +11,10 @@
 # inventory table runs 30 of its rows in the sandbox, one or more per preflight task that can fail, not 53).
 # Session 33's fresh clone: lane A's pytest 61 min (the multi-host module's 18 tests, the benchmark module's 2 of
 # about 5 min), lane B's 44 min; the benchmark module moved to lane B.
+# Since issue 37 every sandbox host's engines load 10 s and warm up 2 s (tests/sandbox/engine_timing.py) and
+# test_hardening runs at the role's sglang_restart_sec (10 s); measured one module at a time beside other sandbox jobs
+# (s, before -> after): test_site 357 -> 452, test_monitoring 191 -> 238, test_hardening 100 -> 172 (its crash loop of
+# six restarts 27 -> 86), test_bad_inventories 111 -> 124, test_robust_values 77 -> 75 (its converge 46 -> 53).
 # A sandbox module spends most of its time waiting for services (weight loading, health checks, loads at a
 # set rate), so two of them share the 2 cores of a CI machine well; each module boots its own named sandbox
 # and the sandbox tool locks what they share (rootfs, wheelhouse, network). Fails if either lane fails.
