@@ -4,12 +4,15 @@
   response (sglang/srt/environ.py; http_server.py hands it to uvicorn as timeout_keep_alive);
 - heartbeat: a decode whose prefill died fails the room's handoff after SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE
   missed heartbeats every SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL seconds (2 x 5 s; sglang/srt/disaggregation/
-  common/conn.py _start_heartbeat_checker_thread), not after its waiting timeout.
+  common/conn.py _start_heartbeat_checker_thread), not after its waiting timeout; a room is tied to its prefill when
+  the decode takes the request in (CommonKVReceiver.__init__), and a prefill the decode cannot look up fails its rooms
+  after 15 lookups a second apart (decode.py _ensure_prefill_info).
 Simulators on 127.0.0.1; every wait is bounded.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 import time
@@ -18,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"))
 
-from sglang_pd_sim.heartbeat import heartbeat_settings
+from sglang_pd_sim.heartbeat import PrefillHeartbeat, heartbeat_settings
 from sglang_pd_sim.httpbase import keep_alive_timeout
 
 from tests.http_client import http
@@ -111,3 +114,55 @@ def _quiet(fn, *args, **kwargs):
         fn(*args, **kwargs)
     except OSError:
         pass  # the prefill is killed under it
+
+
+def test_a_request_that_reaches_the_decode_after_its_prefill_froze_fails_at_the_heartbeat(sims):
+    # sglang/srt/disaggregation/common/conn.py CommonKVReceiver.__init__: the room joins addr_to_rooms_tracker of a
+    # prefill the decode knows when the request arrives, so _handle_node_failure fails it too, though the frozen
+    # prefill never answered for it. A frozen prefill takes the probe's connection and never answers: each miss
+    # waits out the 3 s read timeout.
+    prefill = sims.start("prefill")
+    beat = {"SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL": "2", "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE": "2"}
+    decode = sims.start("decode", env={"SGLANG_SIM_HANDOFF_TIMEOUT": "30", **beat})
+
+    def body(room):
+        return {"text": "a prompt", "sampling_params": {"max_new_tokens": 2}, "bootstrap_host": "127.0.0.1",
+                "bootstrap_port": prefill.bootstrap, "bootstrap_room": room}  # fmt: skip
+
+    first = threading.Thread(target=lambda: _quiet(http, "POST", prefill.url("/generate"), body(1), timeout=20))
+    first.start()
+    assert http("POST", decode.url("/generate"), body(1), timeout=20)[0] == 200  # the decode knows its prefill now
+    first.join(20)
+    prefill.popen.send_signal(signal.SIGSTOP)
+    try:
+        frozen = time.monotonic()
+        status, err = http("POST", decode.url("/generate"), body(2), timeout=40)
+        took = time.monotonic() - frozen
+    finally:
+        prefill.popen.send_signal(signal.SIGCONT)
+    # two misses of up to 2 s + 3 s each, then at most one unanswered poll (1.5 s): far below the 30 s waiting timeout
+    assert status == 500 and took < 13.0, (status, took, err)
+    lost = f"Lost connection with prefill instance (bootstrap_addr: 127.0.0.1:{prefill.bootstrap})"
+    assert lost in err["error"]["message"]
+
+
+def test_a_prefill_the_decode_cannot_look_up_fails_its_rooms_after_15_lookups_a_second_apart():
+    # sglang/srt/disaggregation/decode.py DecodePreallocQueue._ensure_prefill_info: one attempt a second per
+    # prefill (_ensure_retry_interval 1.0), the 15th failure (_max_ensure_retries) aborts every request waiting on it
+    # and starts a new cycle; a lookup that succeeds (track) ends the cycle.
+    beat = PrefillHeartbeat(threading.Event())
+    addr = "10.0.0.9:8998"
+    cycle = beat.ensure_cycle(addr)
+    for attempt in range(14):
+        beat.ensure_missed(addr, 100.0 + attempt)
+        beat.ensure_missed(addr, 100.5 + attempt)  # within the second: the scheduler does not try again
+    assert not beat.ensure_aborted(addr, cycle)
+    beat.ensure_missed(addr, 114.0)
+    assert beat.ensure_aborted(addr, cycle)
+    later = beat.ensure_cycle(addr)
+    beat.ensure_missed(addr, 115.0)
+    beat.track(addr)  # reached: known from now on, the failed lookups forgotten
+    assert beat.known_now(addr)
+    for attempt in range(14):
+        beat.ensure_missed(addr, 116.0 + attempt)
+    assert not beat.ensure_aborted(addr, later)

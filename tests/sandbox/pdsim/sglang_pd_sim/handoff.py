@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 
-from sglang_pd_sim import nixl_handoff
+from sglang_pd_sim import heartbeat, nixl_handoff
 from sglang_pd_sim.httpbase import BaseHandler
 
 POLL_INTERVAL = 0.02
@@ -49,8 +49,9 @@ class HandoffMixin(BaseHandler):
 
     def _heartbeat(self, netloc: str, room: int, phase: str) -> None:
         """sglang/srt/disaggregation/common/conn.py: the receiver's room is tied to its prefill's bootstrap address
-        (addr_to_rooms_tracker) from the first contact on; when the heartbeat drops that prefill
-        (`_handle_node_failure`, heartbeat.py) the room fails: HTTP 500 after about two heartbeat periods."""
+        (addr_to_rooms_tracker) from its creation (_wait_for_kv) or, for a prefill the decode did not know, from the
+        first contact on; when the heartbeat drops that prefill (`_handle_node_failure`, heartbeat.py) the room
+        fails: HTTP 500 after about two heartbeat periods."""
         st = self.state
         if self._beat is None:
             self._beat = (netloc, st.heartbeat.track(netloc))
@@ -71,6 +72,13 @@ class HandoffMixin(BaseHandler):
         netloc = f"[{host}]:{port}" if ":" in str(host) and not str(host).startswith("[") else f"{host}:{port}"
         deadline = time.monotonic() + timeout
         phase, why = "Bootstrapping", "no answer from the prefill bootstrap server"
+        beat = st.heartbeat
+        if beat.known_now(netloc):
+            # sglang/srt/disaggregation/common/conn.py CommonKVReceiver.__init__ (decode.py
+            # DecodePreallocQueue.add, when the request arrives): the room joins addr_to_rooms_tracker of a prefill
+            # in prefill_info_table at once, so the heartbeat fails it even if that prefill never answers for it
+            self._beat = (netloc, beat.track(netloc))
+        cycle = beat.ensure_cycle(netloc)  # an unknown prefill: decode.py _ensure_prefill_info's retry cycle
         # sglang's decode sends its KV destination to the prefill's bootstrap server before anything is written
         # (sglang/srt/disaggregation/nixl/conn.py NixlKVReceiver.init): here the NIXL offer, before the first poll
         offer = nixl_handoff.decode_offer(backend, room, input_tokens, st.knobs.kv_bytes_per_token)
@@ -88,10 +96,33 @@ class HandoffMixin(BaseHandler):
             self.abort_if_client_gone()  # the decode's request waits in its prealloc / transfer queue
             wait = max(0.0, min(1.0, deadline - time.monotonic()))  # long-poll: answered as soon as KV lands
             url = f"http://{netloc}/sim/kv/{room}?wait={wait:.3f}"
-            if self._beat is not None:
-                self._heartbeat(netloc, room, phase)  # its prefill dropped by the heartbeat: the room fails
+            if self._beat is None:
+                # a prefill this decode does not know: looked up first, once a second (decode.py
+                # _ensure_prefill_info -> common/conn.py try_ensure_parallel_info: GET /route, 200 or a miss; a
+                # restarted prefill's bootstrap server answers 503 until its weights are loaded)
+                if self._look_up(netloc):
+                    self._beat = (netloc, beat.track(netloc))
+                else:
+                    beat.ensure_missed(netloc, time.monotonic())
+                    if beat.ensure_aborted(netloc, cycle):
+                        raise HandoffError(
+                            f"KVTransferError(bootstrap_room={room}): Could not fetch prefill parallel info from "
+                            f"{netloc} after {heartbeat.ENSURE_RETRIES} attempts"
+                        )
+                    why = f"prefill {netloc} not looked up yet (GET /route)"
+                    if time.monotonic() >= deadline:
+                        raise HandoffError(
+                            f"KVTransferError(bootstrap_room={room}): Request {self._rid} timed out after "
+                            f"{timeout:.1f}s in KVPoll.Bootstrapping ({why})"
+                        )
+                    if st.stop.wait(heartbeat.ENSURE_INTERVAL):
+                        raise HandoffError(f"KVTransferError(bootstrap_room={room}): server is shutting down")
+                    continue
+            self._heartbeat(netloc, room, phase)  # its prefill dropped by the heartbeat: the room fails
             try:
-                with DIRECT.open(url, timeout=wait + 2.0) as resp:
+                # a poll its prefill leaves unanswered (frozen) ends half a second after the long-poll, so the
+                # heartbeat's verdict ends the room within a second and a half
+                with DIRECT.open(url, timeout=wait + 0.5) as resp:
                     data = json.loads(resp.read() or b"{}")
                 self._heartbeat(netloc, room, phase)  # reached: from now on the heartbeat watches this prefill
                 if data.get("state") == "transferred":
@@ -118,7 +149,6 @@ class HandoffMixin(BaseHandler):
                     why = f"bootstrap server answered HTTP {exc.code}"
             except (OSError, ValueError) as exc:
                 why = f"cannot reach prefill bootstrap server: {exc}"
-                phase = phase if self._beat is not None else "Bootstrapping"
             if time.monotonic() >= deadline:
                 raise HandoffError(
                     f"KVTransferError(bootstrap_room={room}): Request {self._rid} timed out after {timeout:.1f}s "
@@ -128,6 +158,17 @@ class HandoffMixin(BaseHandler):
             if st.stop.is_set():
                 raise HandoffError(f"KVTransferError(bootstrap_room={room}): server is shutting down")
             time.sleep(POLL_INTERVAL)
+
+    @staticmethod
+    def _look_up(netloc: str) -> bool:
+        """common/conn.py try_ensure_parallel_info: the prefill's parallel info from its bootstrap server."""
+        url = (f"http://{netloc}/route?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1"
+               "&target_pp_rank=-1")  # fmt: skip
+        try:
+            with DIRECT.open(url, timeout=heartbeat.ROUTE_TIMEOUT) as resp:
+                return resp.status == 200
+        except (OSError, ValueError):
+            return False
 
     def check_compat(self, prefill: dict, room: int, netloc: str) -> None:
         st = self.state
