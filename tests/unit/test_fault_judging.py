@@ -63,12 +63,13 @@ def test_a_request_is_late_when_it_ends_more_than_the_bound_after_it_was_sent():
     assert faults.latest_end_s(result) == 30.0
 
 
-def test_a_known_hang_may_only_hit_the_requests_in_flight_at_the_kill():
-    in_flight = {"t0": 100.0, "timeline": [[1.9 + i / 100, 32.0, "TimeoutError"] for i in range(16)]}
-    assert faults.hang_problems(in_flight, kill_at=102.0, concurrency=16) == []
-    later = {"t0": 100.0, "timeline": [*in_flight["timeline"], [10.0, 40.0, "TimeoutError"]]}
-    problems = faults.hang_problems(later, kill_at=102.0, concurrency=16)
-    assert len(problems) == 2 and "more than the 16" in problems[0] and "after the kill hung" in problems[1]
+def test_a_known_hang_may_only_hit_the_requests_sent_before_the_routers_detection():
+    window = faults.detection_s() + faults.DETECTION_MARGIN
+    held = {"t0": 100.0, "timeline": [[1.9 + i, 32.0 + i, "TimeoutError"] for i in range(int(window))]}
+    assert faults.hang_problems(held, fault_at=102.0) == []
+    later = {"t0": 100.0, "timeline": [*held["timeline"], [2.0 + window + 1, 40.0 + window, "TimeoutError"]]}
+    problems = faults.hang_problems(later, fault_at=102.0)
+    assert len(problems) == 1 and "after the fault (the router's detection) hung" in problems[0], problems
 
 
 def test_recovery_is_bounded_per_role_and_a_missing_one_is_over():
@@ -76,3 +77,22 @@ def test_recovery_is_bounded_per_role_and_a_missing_one_is_over():
     assert faults.recovery_problems({"recovery_s": faults.RECOVERY_BOUND["router"] + 1}, "router")
     assert faults.recovery_problems({"recovery_s": None}, "prefill")
     assert ("smg", "decode") not in faults.KNOWN_HANGS
+
+
+def test_the_decode_must_end_what_it_held_at_a_prefill_freeze_within_the_heartbeat_bound():
+    stop = 1000.0
+
+    def req(start, end, completed=False, status=500):
+        return {"start": stop + start, "end": None if end is None else stop + end, "completed": completed,
+                "status": status}  # fmt: skip
+
+    bound = faults.HEARTBEAT_FAIL_S + faults.DECODE_POLL_SLACK
+    fine = [req(-3, -2, True, 200), req(-0.5, 0.2, True, 200), req(-0.2, 15.8), req(2, 2 + bound - 0.1)]
+    assert faults.decode_hold_problems(fine, stop) == []
+    # a room that waited out the client's 30 s, one still open, one taken in while the prefill was still known
+    late = [req(-0.1, 29.9, status=None), req(1, None, status=None), req(4, 4 + bound + 1)]
+    problems = faults.decode_hold_problems(fine + late, stop)
+    assert len(problems) == 1 and problems[0].startswith("3 of the 6 requests"), problems
+    # taken in after the decode could have dropped the prefill: looked up anew, not the heartbeat's to end
+    assert faults.decode_hold_problems([req(faults.KNOWN_FOR_S + 1, 40)], stop) == []
+    assert "the longest 30.00 s" in faults.decode_held([*fine, req(-0.1, 29.9)], stop)
