@@ -52,6 +52,17 @@ def in_thread(fn, *args, **kwargs) -> dict:
     return out
 
 
+def pd_request(sims, room, tokens, latency, *, timeout, env=None):
+    """A prefill and a decode with --enable-metrics (LATENCY s a token, ENV beside), and one PD request of TOKENS
+    tokens sent to both in threads: (decode, [the prefill's call, the decode's call])."""
+    prefill = sims.start("prefill")
+    decode = sims.start("decode", "--enable-metrics", env={"SGLANG_SIM_TOKEN_LATENCY": latency, **(env or {})})
+    body = {"text": "a prompt", "sampling_params": {"max_new_tokens": tokens}, "bootstrap_host": "127.0.0.1",
+            "bootstrap_port": prefill.bootstrap, "bootstrap_room": room}  # fmt: skip
+    calls = [in_thread(http, "POST", sim.url("/generate"), body, timeout=timeout) for sim in (prefill, decode)]
+    return decode, calls
+
+
 # --- the engine: when the scheduler publishes ----------------------------------------------------------------
 
 
@@ -138,12 +149,8 @@ def test_a_default_worker_s_gauges_are_not_live_they_refresh_every_decode_log_in
     # no SGLANG_SIM_GAUGES: the default. A decode of 60 tokens at 50 ms each: its gauges stay at the idle report's 0
     # until the 40th decode pass (metrics_reporter.py report_decode_stats, --decode-log-interval 40), while its load
     # snapshot counts the request from its arrival (scheduler.py on_idle, every 15 passes after)
-    prefill = sims.start("prefill")
-    decode = sims.start("decode", "--enable-metrics", env={"SGLANG_SIM_TOKEN_LATENCY": "0.05"})
-    body = {"text": "a prompt", "sampling_params": {"max_new_tokens": 60}, "bootstrap_host": "127.0.0.1",
-            "bootstrap_port": prefill.bootstrap, "bootstrap_room": 909}  # fmt: skip
     started = time.monotonic()
-    calls = [in_thread(http, "POST", sim.url("/generate"), body, timeout=20) for sim in (prefill, decode)]
+    decode, calls = pd_request(sims, 909, 60, "0.05", timeout=20)
     stale, fresh = [], []
     while calls[1]["thread"].is_alive() and time.monotonic() - started < 15:
         running = gauge(decode, "sglang:num_running_reqs")
@@ -169,11 +176,7 @@ def test_a_default_worker_s_gauges_are_not_live_they_refresh_every_decode_log_in
 
 def test_decode_gauges_read_zero_while_a_short_request_decodes_and_v1_loads_counts_it(sims):
     # 30 tokens, fewer than sglang's 40 decode passes between two reports: the gauges never see the request
-    prefill = sims.start("prefill")
-    decode = sims.start("decode", "--enable-metrics", env={"SGLANG_SIM_TOKEN_LATENCY": "0.06", **PUBLISHED})
-    body = {"text": "a prompt", "sampling_params": {"max_new_tokens": 30}, "bootstrap_host": "127.0.0.1",
-            "bootstrap_port": prefill.bootstrap, "bootstrap_room": 808}  # fmt: skip
-    calls = [in_thread(http, "POST", sim.url("/generate"), body, timeout=15) for sim in (prefill, decode)]
+    decode, calls = pd_request(sims, 808, 30, "0.06", timeout=15, env=PUBLISHED)
     time.sleep(0.6)  # decoding (about 1.8 s in all)
     assert calls[1]["thread"].is_alive()
     assert prom_text.in_flight(decode.metrics_text()) == 0  # the gauges: stale at 0
@@ -204,11 +207,7 @@ def test_prefill_gauges_miss_a_request_in_the_bootstrap_queue_and_v1_loads_count
 def test_the_collections_drain_waits_for_a_request_the_gauges_miss(sims):
     # batch_restart.drain, as the rolling batch runs it against a decode out of the router: the gauges say 0 from
     # the start, the drain must still wait until the request is answered
-    prefill = sims.start("prefill")
-    decode = sims.start("decode", "--enable-metrics", env={"SGLANG_SIM_TOKEN_LATENCY": "0.05", **PUBLISHED})
-    body = {"text": "a prompt", "sampling_params": {"max_new_tokens": 30}, "bootstrap_host": "127.0.0.1",
-            "bootstrap_port": prefill.bootstrap, "bootstrap_room": 4711}  # fmt: skip
-    calls = [in_thread(http, "POST", sim.url("/generate"), body, timeout=15) for sim in (prefill, decode)]
+    decode, calls = pd_request(sims, 4711, 30, "0.05", timeout=15, env=PUBLISHED)
     deadline = time.monotonic() + 5
     while load(decode)["num_running_reqs"] + load(decode)["num_waiting_reqs"] == 0:
         assert time.monotonic() < deadline, "the request never reached the decode"
@@ -257,11 +256,7 @@ def test_the_drain_ends_on_a_decode_s_refreshed_gauges_at_once_not_after_the_idl
     # 60 tokens: the gauges are refreshed at the 40th decode pass (running 1) and hold it until the idle scheduler
     # rewrites its stale running gauge, at once (metrics_reporter.py _maybe_log_idle_metrics), not after 30 s; the
     # drain, which takes the larger of the gauges and the load snapshot, ends seconds after the answer (not 30)
-    prefill = sims.start("prefill")
-    decode = sims.start("decode", "--enable-metrics", env={"SGLANG_SIM_TOKEN_LATENCY": "0.05"})
-    body = {"text": "a prompt", "sampling_params": {"max_new_tokens": 60}, "bootstrap_host": "127.0.0.1",
-            "bootstrap_port": prefill.bootstrap, "bootstrap_room": 4712}  # fmt: skip
-    calls = [in_thread(http, "POST", sim.url("/generate"), body, timeout=20) for sim in (prefill, decode)]
+    decode, calls = pd_request(sims, 4712, 60, "0.05", timeout=20)
     deadline = time.monotonic() + 6
     while prom_text.in_flight(decode.metrics_text()) == 0:  # the 40th pass: the gauges count the request
         assert time.monotonic() < deadline and calls[1]["thread"].is_alive(), "the gauges never counted the request"

@@ -79,6 +79,11 @@ def stream_pieces(toks: list, text: str) -> list[str]:
     return pieces
 
 
+def choice(finish, matched, **content) -> dict:
+    """One choice of an OpenAI-compatible answer: CONTENT is its text, message or delta (protocol.py)."""
+    return {"index": 0, **content, "logprobs": None, "finish_reason": finish, "matched_stop": matched}
+
+
 class GenerationMixin(HandoffMixin):
     # --- generation ---
     def error(self, kind: str, status: int, message: str) -> None:
@@ -463,51 +468,12 @@ class GenerationMixin(HandoffMixin):
                 items = [self.generate_item(toks_, pt, e2e, done=True, stop=stop)
                          for (_prompt, toks_, pt), stop in zip(outputs, self._stops, strict=True)]  # fmt: skip
                 self.send_json(200, items if batch else items[0])
-            elif kind == "completion":
-                self.send_json(
-                    200,
-                    {
-                        "id": self._rid,
-                        "object": "text_completion",
-                        "created": created,
-                        "model": model,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "text": text,
-                                "logprobs": None,
-                                "finish_reason": finish,
-                                "matched_stop": matched,
-                            }
-                        ],
-                        "usage": self.usage(prompt_tokens, len(toks)),
-                    },
-                )
             else:
-                self.send_json(
-                    200,
-                    {
-                        "id": self._rid,
-                        "object": "chat.completion",
-                        "created": created,
-                        "model": model,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {
-                                    "role": "assistant",
-                                    "content": text,
-                                    "reasoning_content": None,
-                                    "tool_calls": None,
-                                },
-                                "logprobs": None,
-                                "finish_reason": finish,
-                                "matched_stop": matched,
-                            }
-                        ],
-                        "usage": self.usage(prompt_tokens, len(toks)),
-                    },
-                )
+                usage = self.usage(prompt_tokens, len(toks))
+                content = {"text": text} if kind == "completion" else {"message": {
+                    "role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}}  # fmt: skip
+                obj = "text_completion" if kind == "completion" else "chat.completion"
+                self.send_json(200, self.openai_body(obj, created, model, [choice(finish, matched, **content)], usage))
             return
 
         # streaming (SSE over chunked transfer encoding)
@@ -531,24 +497,8 @@ class GenerationMixin(HandoffMixin):
                 self.sse(self.generate_item(toks[: i + 1], prompt_tokens, time.time() - t0, done=last,
                                             stop=(matched, so_far) if last else (None, so_far)))  # fmt: skip
             elif kind == "completion":
-                self.sse(
-                    {
-                        "id": self._rid,
-                        "object": "text_completion",
-                        "created": created,
-                        "model": model,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "text": pieces[i],
-                                "logprobs": None,
-                                "finish_reason": finish if last else None,
-                                "matched_stop": matched if last else None,
-                            }
-                        ],
-                        "usage": None,
-                    }
-                )
+                ended = choice(finish if last else None, matched if last else None, text=pieces[i])
+                self.sse(self.openai_body("text_completion", created, model, [ended], None))
             else:
                 self.sse(self.chat_chunk(model, created, {"role": None, "content": pieces[i]}, None))
         if kind == "generate" and not toks:
@@ -557,16 +507,7 @@ class GenerationMixin(HandoffMixin):
             self.sse(self.chat_chunk(model, created, {"role": None, "content": None}, finish, matched))
         if kind != "generate" and include_usage:
             obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
-            self.sse(
-                {
-                    "id": self._rid,
-                    "object": obj,
-                    "created": created,
-                    "model": model,
-                    "choices": [],
-                    "usage": self.usage(prompt_tokens, len(toks)),
-                }
-            )
+            self.sse(self.openai_body(obj, created, model, [], self.usage(prompt_tokens, len(toks))))
         self.finish_metrics(outputs, t0, stream)
         self.write_chunk(b"data: [DONE]\n\n")
         self.write_chunk(b"")
@@ -597,23 +538,13 @@ class GenerationMixin(HandoffMixin):
             },
         }
 
+    def openai_body(self, obj, created, model, choices, usage) -> dict:
+        """The body of an OpenAI-compatible answer or stream chunk (sglang/srt/entrypoints/openai/protocol.py)."""
+        return {"id": self._rid, "object": obj, "created": created, "model": model, "choices": choices, "usage": usage}
+
     def chat_chunk(self, model, created, delta, finish, matched=None) -> dict:
-        return {
-            "id": self._rid,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "delta": {**delta, "reasoning_content": None, "tool_calls": None},
-                    "logprobs": None,
-                    "finish_reason": finish,
-                    "matched_stop": matched,
-                }
-            ],
-            "usage": None,
-        }
+        delta = {**delta, "reasoning_content": None, "tool_calls": None}
+        return self.openai_body("chat.completion.chunk", created, model, [choice(finish, matched, delta=delta)], None)
 
     @staticmethod
     def usage(prompt_tokens: int, completion_tokens: int) -> dict:
