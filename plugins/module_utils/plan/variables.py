@@ -65,7 +65,8 @@ def _table():
     if yaml is None:
         return {}
     with open(TABLE, encoding="utf-8") as handle:
-        return {name: _row(name, row) for name, row in yaml.safe_load(handle).items()}
+        rows = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # the C loader where built
+        return {name: _row(name, row) for name, row in rows.items()}
 
 
 VARIABLES = _table()
