@@ -1,6 +1,7 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Write what the variable table (plugins/module_utils/plan/variables.yml, read by variables.py) says into the files that show it.
+"""Write what the variable table (plugins/module_utils/plan/variables.yml, read by variables.py) says into the files
+that show it.
 
   * roles/*/meta/argument_specs.yml: the option of every variable of the table at the entry points that list it
     (variables.entry_options), its type, choices, description, and its default as roles/*/defaults/main.yml sets it.
