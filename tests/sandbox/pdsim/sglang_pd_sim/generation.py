@@ -253,6 +253,10 @@ class GenerationMixin(HandoffMixin):
         CommonKVSender._check_bootstrap_timeout (sglang/srt/disaggregation/common/conn.py, every backend)
         fails it after SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT seconds (300; honoured here) in
         KVPoll.Bootstrapping, and the scheduler answers HTTP 500 (prefill.py handle_bootstrap_failure).
+        With NIXL the decode's one message of KV indices and agent metadata is that connection: sglang's bootstrap
+        thread (sglang/srt/disaggregation/nixl/conn.py `_start_bootstrap_thread`) stores it in transfer_infos and
+        sets the room WaitingForInput at once, so a room whose NIXL offer is in (nixl_handoff.offered) is
+        connected even if its decode died before it polled: the WRITE then finds the death (hand_off).
         """
         st = self.state
         timeout = bootstrap_timeout()
@@ -263,14 +267,14 @@ class GenerationMixin(HandoffMixin):
         # for a decode that never comes is in flight, and its failure is counted only at the timeout
         with st.engine.bootstrap(), st.lock:
             while True:
-                if all((st.kv.get(r) or {}).get("connected_at") for r in rooms):
+                if all((st.kv.get(r) or {}).get("connected_at") or nixl_handoff.offered([r]) for r in rooms):
                     return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or st.stop.is_set():
                     break
                 self.abort_if_client_gone()
                 st.kv_changed.wait(min(remaining, 0.5))
-        room = next(r for r in rooms if not (st.kv.get(r) or {}).get("connected_at"))
+        room = next(r for r in rooms if not ((st.kv.get(r) or {}).get("connected_at") or nixl_handoff.offered([r])))
         raise HandoffError(
             f"KVTransferError(bootstrap_room={room}): Request {room} timed out after {time.time() - start:.1f}s "
             "in KVPoll.Bootstrapping (no decode connected for this bootstrap_room)",

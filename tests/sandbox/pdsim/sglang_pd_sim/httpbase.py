@@ -296,6 +296,8 @@ class BaseHandler(BaseHTTPRequestHandler):
             except ValueError as exc:
                 self.send_json(400, {"error": str(exc)})
             else:
+                with self.state.lock:  # the room is connected now (generation.py wait_bootstrapped)
+                    self.state.kv_changed.notify_all()
                 self.send_json(200, {"accepted": True})
             return True
         if path == "/sim/nixl" and self.command == "GET":
