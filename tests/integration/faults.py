@@ -394,3 +394,29 @@ def change_cost(result, started, planned, moved):
         "last_failure_s": round(max(failed), 2) if failed else None,
         "recovery_s": recovery,
     }
+
+
+# --- a stalled worker: how soon the run recognised it (issue 37) --------------------------------------------------
+# From the stalled instance's own journal (`journalctl -o short-unix -u UNIT --since @T`): its server came up (the
+# double's, as sglang's http_server.py, "The server is fired up and ready to roll!"; with SGLANG_SIM_STALL_AFTER=0
+# its scheduler stalls there) until systemd stopped it for the rollback ("Stopping ..."), which the run does once
+# its health wait judged the instance stalled. STALL_RECOGNISED_WITHIN: the bound the issue sets, in both paths
+# (one instance: roles/sglang/tasks/wait.yml; rolling: roles/sglang_worker/tasks/rolling_batch.yml).
+STALL_RECOGNISED_WITHIN = 60.0
+_SHORT_UNIX = re.compile(r"^(\d+\.\d+) \S+ (\S+?)(?:\[\d+\])?: (.*)$")
+
+
+def stall_recognition_s(journal, unit):
+    """Seconds from the last time UNIT's server came up before systemd stopped it to that stop, from `journalctl -o
+    short-unix` text; None when the journal holds no such pair (it never came up, or it was never stopped)."""
+    up = None
+    for line in journal.splitlines():
+        m = _SHORT_UNIX.match(line)
+        if not m:
+            continue
+        t, ident, text = float(m[1]), m[2], m[3]
+        if "The server is fired up and ready to roll!" in text:
+            up = t
+        elif ident == "systemd" and text.startswith(f"Stopping {unit}.service") and up is not None:
+            return round(t - up, 2)
+    return None

@@ -289,7 +289,7 @@ def test_a_decode_push_that_fails_rolls_back_and_keeps_serving(host, capsys, fai
         "sglang_health_timeout": HEALTH_TIMEOUT,
         "sglang_stall_timeout": STALL_TIMEOUT,
     }
-    started = time.monotonic()
+    started, since = time.monotonic(), int(time.time())
     push = run(
         [str(VENV_BIN / "ansible-playbook"), "-i", host["inventory"], "site.yml",
          "-e", f"@{host['timing']}", "-e", json.dumps(broken)],
@@ -306,6 +306,11 @@ def test_a_decode_push_that_fails_rolls_back_and_keeps_serving(host, capsys, fai
         assert "the old configuration serves again" in output, f"no rollback reported:\n{push.stdout[-4000:]}"
         assert "The router serves it again" in output, f"the run ended before the router took decode again:\n{output}"
         assert journal_line in output, f"decode's journal tail is not in the output:\n{push.stdout[-4000:]}"
+        if "SGLANG_SIM_STALL_AFTER" in env_bad:  # from its server's start to the rollback's stop, by its journal
+            journal = on_host(host, f"journalctl -o short-unix --no-pager -u {unit}.service --since @{since}").stdout
+            recognised = faults.stall_recognition_s(journal, unit)
+            report(capsys, f"broken decode push ({failure}): the stall recognised {recognised} s after it came up")
+            assert recognised is not None and recognised < faults.STALL_RECOGNISED_WITHIN, journal[-3000:]
         assert "~" not in on_host(host, "ls /etc/systemd/system /etc/sglang 2>/dev/null").stdout, "a backup is left"
         after_sha = unit_sha256(host, unit)
         assert after_sha == before, "the previous decode unit file is not back (no rollback)"

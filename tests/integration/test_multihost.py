@@ -504,6 +504,11 @@ def test_a_stalled_decode_change_is_rolled_back_under_load_within_the_stall_boun
                    f"{len(errors)}; load {result['ok']}/{result['total']} ok, errors {result['errors']}, longest "
                    f"request {longest:.1f} s; router lists {len(workers)} workers, "
                    f"{sum(w['is_healthy'] for w in workers)} healthy")  # fmt: skip
+    journal = on(first_host, f"journalctl -o short-unix --no-pager -u {first_unit}.service --since @{int(since)}")
+    recognised = faults.stall_recognition_s(journal, first_unit)  # its server's start to the rollback's stop
+    report(capsys, f"stalled decode change: {first_unit} on {first_host} recognised as stalled {recognised} s after "
+                   "it came up")  # fmt: skip
+    assert recognised is not None and recognised < faults.STALL_RECOGNISED_WITHIN, journal[-3000:]
     assert run_s < STALL_RUN_BOUND, f"the stall was not recognised within its bound: the run took {run_s:.0f} s"
     assert len(errors) == 1, errors
     assert f"{first_unit} on {first_host} did not become healthy after its change (stalled:" in errors[0], errors

@@ -96,3 +96,23 @@ def test_the_decode_must_end_what_it_held_at_a_prefill_freeze_within_the_heartbe
     # taken in after the decode could have dropped the prefill: looked up anew, not the heartbeat's to end
     assert faults.decode_hold_problems([req(faults.KNOWN_FOR_S + 1, 40)], stop) == []
     assert "the longest 30.00 s" in faults.decode_held([*fine, req(-0.1, 29.9)], stop)
+
+
+STALL_JOURNAL = """\
+1764900000.100000 decode-1 systemd[1]: Stopping sglang-decode0.service - SGLang decode worker...
+1764900001.000000 decode-1 systemd[1]: Started sglang-decode0.service - SGLang decode worker.
+1764900031.500000 decode-1 python3[812]: [2026-12-05 03:00:31] INFO The server is fired up and ready to roll! (30.4s)
+1764900045.000000 decode-1 python3[812]: [2026-12-05 03:00:45] WARNING Health check failed
+1764900055.750000 decode-1 systemd[1]: Stopping sglang-decode0.service - SGLang decode worker...
+1764900070.000000 decode-1 python3[990]: [2026-12-05 03:01:10] INFO The server is fired up and ready to roll! (14.2s)
+"""
+
+
+def test_stall_recognition_runs_from_the_stalled_servers_start_to_the_rollbacks_stop():
+    # the old process's stop (before any start in the window) is not the verdict; the restored one's start is after
+    assert faults.stall_recognition_s(STALL_JOURNAL, "sglang-decode0") == 24.25
+    # another unit's stop is not this one's, and a journal without both lines has no answer
+    assert faults.stall_recognition_s(STALL_JOURNAL, "sglang-decode1") is None
+    assert faults.stall_recognition_s(STALL_JOURNAL.splitlines()[2], "sglang-decode0") is None
+    slow = STALL_JOURNAL.replace("1764900055.750000", "1764900101.000000")
+    assert faults.stall_recognition_s(slow, "sglang-decode0") == 69.5 > faults.STALL_RECOGNISED_WITHIN
