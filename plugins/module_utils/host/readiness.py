@@ -1,0 +1,187 @@
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Parsers of a GPU host's readiness facts: /proc/cmdline (IOMMU parameters), /sys/kernel/iommu_groups/*/type, the
+nvidia kernel modules' parameters (/sys/module/*/parameters, /proc/driver/nvidia/params), `nvidia-smi -q`, the ACS
+control registers in `lspci -vvv`, and sysctl-like readings (numa balancing, THP, locked memory, CPU governor).
+
+Pure functions of text: no I/O here and nothing here changes the host; the module of a later slice reads the files
+and passes their text in. Real captures: tests/fixtures/host_readiness/.
+"""
+
+import re
+
+IOMMU_PARAMS = (
+    "intel_iommu",
+    "amd_iommu",
+    "iommu",
+    "iommu.passthrough",
+    "iommu.strict",
+    "pcie_aspm",
+    "pcie_acs_override",
+)
+
+
+def kernel_cmdline(text):
+    """/proc/cmdline -> {param: value (None for a bare flag)} for IOMMU_PARAMS present, plus iommu_mode.
+
+    iommu_mode from the cmdline alone (the kernel's Documentation/admin-guide/kernel-parameters.txt): "off" where
+    intel_iommu=off, amd_iommu=off or iommu=off; "passthrough" where iommu=pt or iommu.passthrough=1 (DMA identity
+    mapped: devices bypass translation); "translated" where iommu.passthrough=0 or iommu=nopt; "unknown" otherwise
+    (the build default CONFIG_IOMMU_DEFAULT_* decides, read it from the groups' type instead). The last occurrence
+    of a parameter wins, as in the kernel's parser.
+    """
+    found = {}
+    for word in (text or "").split():
+        key, sep, value = word.partition("=")
+        if key in IOMMU_PARAMS:
+            found[key] = value if sep else None
+    values = {
+        found.get("intel_iommu"),
+        found.get("amd_iommu"),
+        found.get("iommu"),
+    }
+    if "off" in values:
+        mode = "off"
+    elif found.get("iommu") == "pt" or found.get("iommu.passthrough") in ("1", "on", "y", "Y"):
+        mode = "passthrough"
+    elif found.get("iommu") == "nopt" or found.get("iommu.passthrough") in ("0", "off", "n", "N"):
+        mode = "translated"
+    else:
+        mode = "unknown"
+    return {"params": found, "iommu_mode": mode}
+
+
+# /sys/kernel/iommu_groups/<n>/type (drivers/iommu/iommu.c iommu_group_show_type): "DMA" and "DMA-FQ" translate,
+# "identity" passes through, "blocked" allows no DMA.
+TRANSLATING_TYPES = ("DMA", "DMA-FQ")
+
+
+def iommu_group_types(mapping):
+    """{group: type text} -> {groups, types (sorted), translated (any group translating)}."""
+    types = sorted({(v or "").strip() for v in (mapping or {}).values()} - {""})
+    return {
+        "groups": len(mapping or {}),
+        "types": types,
+        "translated": any(t in TRANSLATING_TYPES for t in types),
+    }
+
+
+def module_params(text):
+    """`== module` headers followed by `param=value` lines, and `== /proc/driver/nvidia/params` followed by
+    `Key: value` lines -> {module or path: {param: raw value string}}."""
+    out = {}
+    current = None
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if line.startswith("== "):
+            current = line[3:].strip()
+            out.setdefault(current, {})
+        elif current is not None and line:
+            sep = "=" if "=" in line and not re.match(r"^\w+:\s", line) else ":"
+            key, _, value = line.partition(sep)
+            out[current][key.strip()] = value.strip()
+    return out
+
+
+def param_bool(value):
+    """Y/N/1/0 (as sysfs prints bool and int module parameters) -> True/False; anything else -> None."""
+    return {"y": True, "1": True, "n": False, "0": False}.get((value or "").strip().lower())
+
+
+def _smi_int(value):
+    m = re.match(r"(\d+)", value or "")
+    return int(m.group(1)) if m else None
+
+
+def nvidia_smi_q(text):
+    """`nvidia-smi -q` -> {bus id: {persistence_mode, bar1_total_mib, ecc_mode_current, max_sm_clock_mhz,
+    pcie_gen_current, pcie_width_current}}; a value missing from the text stays None."""
+    gpus = {}
+    gpu = None
+    path = []
+    for line in (text or "").splitlines():
+        m = re.match(r"^GPU (\S+)", line)
+        if m:
+            gpu = gpus.setdefault(m.group(1), dict.fromkeys(_SMI_FIELDS.values()))
+            path = []
+            continue
+        if gpu is None or not line.strip():
+            continue
+        depth = (len(line) - len(line.lstrip())) // 4
+        key, sep, value = line.strip().partition(" : ")
+        key = key.strip()
+        del path[depth - 1 :]
+        path.append(key)
+        field = _SMI_FIELDS.get(tuple(path[-3:])) or _SMI_FIELDS.get(tuple(path[-2:]))
+        if sep and field:
+            gpu[field] = value.strip()
+    for gpu in gpus.values():
+        for field in ("bar1_total_mib", "max_sm_clock_mhz", "pcie_gen_current", "pcie_width_current"):
+            gpu[field] = _smi_int(gpu[field])
+    return gpus
+
+
+# section path (as indented in `nvidia-smi -q`) -> field
+_SMI_FIELDS = {
+    ("Persistence Mode",): "persistence_mode",
+    ("BAR1 Memory Usage", "Total"): "bar1_total_mib",
+    ("ECC Mode", "Current"): "ecc_mode_current",
+    ("Max Clocks", "SM"): "max_sm_clock_mhz",
+    ("PCIe Generation", "Current"): "pcie_gen_current",
+    ("Link Width", "Current"): "pcie_width_current",
+}
+
+
+def acs_ctl(line):
+    """`ACSCtl: SrcValid+ TransBlk- ...` (lspci -vvv, space or tab after the colon) -> {flag: bool}."""
+    _, _, flags = (line or "").partition(":")
+    return {m.group(1): m.group(2) == "+" for m in re.finditer(r"(\w+)([+-])", flags)}
+
+
+def lspci_acs(text):
+    """`lspci -vvv` -> {bdf: {"ACSCtl": {flag: bool}}} for each device whose capabilities list Access Control
+    Services with an ACSCtl line; a device without the capability is absent."""
+    out = {}
+    bdf = None
+    for line in (text or "").splitlines():
+        m = re.match(r"^((?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\s", line)
+        if m:
+            bdf = m.group(1)
+        elif bdf and line.strip().startswith("ACSCtl:"):
+            out[bdf] = {"ACSCtl": acs_ctl(line.strip())}
+    return out
+
+
+def acs_blocks_p2p(ctl):
+    """True where ACS request or completion redirection is on: peer-to-peer TLPs then go up to the root complex
+    instead of across the switch (NCCL user guide, troubleshooting.html#pci-access-control-services-acs: P2P "may
+    hang or be slow"; the kernel's drivers/pci/pci.c pci_std_enable_acs sets PCI_ACS_RR | PCI_ACS_CR)."""
+    return bool((ctl or {}).get("ReqRedir") or (ctl or {}).get("CmpltRedir"))
+
+
+def numa_balancing(text):
+    """`sysctl kernel.numa_balancing` output (or the bare /proc/sys value) -> int, None where absent."""
+    m = re.search(r"^kernel\.numa_balancing\s*=\s*(\d+)", text or "", re.M) or re.fullmatch(r"\s*(\d+)\s*", text or "")
+    return int(m.group(1)) if m else None
+
+
+def thp_selected(text):
+    """/sys/kernel/mm/transparent_hugepage/enabled (`always [madvise] never`) -> the bracketed choice, or None."""
+    m = re.search(r"\[(\w+)\]", text or "")
+    return m.group(1) if m else None
+
+
+def memlock_limit(text):
+    """/proc/self/limits -> the soft `Max locked memory` limit: "unlimited", an int of bytes, or None where absent."""
+    m = re.search(r"^Max locked memory\s+(\S+)", text or "", re.M)
+    if not m:
+        return None
+    return "unlimited" if m.group(1) == "unlimited" else int(m.group(1))
+
+
+def cpu_governor(text):
+    """scaling_governor text -> its name; None where the file is absent (empty text or a `No such file` error)."""
+    value = (text or "").strip()
+    if not value or "No such file" in value:
+        return None
+    return value.rpartition("=")[2].strip() or None
