@@ -78,7 +78,7 @@ def module_params(text):
             out.setdefault(current, {})
         elif current is not None and line:
             sep = "=" if "=" in line and not re.match(r"^\w+:\s", line) else ":"
-            key, _, value = line.partition(sep)
+            key, _sep, value = line.partition(sep)
             out[current][key.strip()] = value.strip()
     return out
 
@@ -134,7 +134,7 @@ _SMI_FIELDS = {
 
 def acs_ctl(line):
     """`ACSCtl: SrcValid+ TransBlk- ...` (lspci -vvv, space or tab after the colon) -> {flag: bool}."""
-    _, _, flags = (line or "").partition(":")
+    flags = (line or "").partition(":")[2]
     return {m.group(1): m.group(2) == "+" for m in re.finditer(r"(\w+)([+-])", flags)}
 
 
