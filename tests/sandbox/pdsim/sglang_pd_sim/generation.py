@@ -262,19 +262,23 @@ class GenerationMixin(HandoffMixin):
         timeout = bootstrap_timeout()
         start = time.time()
         deadline = time.monotonic() + timeout
+
         # while it waits the request is in the bootstrap queue, whose length sglang reports as
         # sglang:num_prefill_bootstrap_queue_reqs (scheduler_components/metrics_reporter.py): a request waiting here
         # for a decode that never comes is in flight, and its failure is counted only at the timeout
+        def connected(room):
+            return (st.kv.get(room) or {}).get("connected_at") or nixl_handoff.offered([room])
+
         with st.engine.bootstrap(), st.lock:
             while True:
-                if all((st.kv.get(r) or {}).get("connected_at") or nixl_handoff.offered([r]) for r in rooms):
+                if all(connected(r) for r in rooms):
                     return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or st.stop.is_set():
                     break
                 self.abort_if_client_gone()
                 st.kv_changed.wait(min(remaining, 0.5))
-        room = next(r for r in rooms if not ((st.kv.get(r) or {}).get("connected_at") or nixl_handoff.offered([r])))
+        room = next(r for r in rooms if not connected(r))
         raise HandoffError(
             f"KVTransferError(bootstrap_room={room}): Request {room} timed out after {time.time() - start:.1f}s "
             "in KVPoll.Bootstrapping (no decode connected for this bootstrap_room)",
