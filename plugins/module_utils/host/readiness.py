@@ -185,3 +185,47 @@ def cpu_governor(text):
     if not value or "No such file" in value:
         return None
     return value.rpartition("=")[2].strip() or None
+
+
+# ACS Control register bits, lowest first, named as `lspci -vvv` prints them in ACSCtl (linux
+# include/uapi/linux/pci_regs.h: PCI_ACS_SV 0x01, PCI_ACS_TB 0x02, PCI_ACS_RR 0x04, PCI_ACS_CR 0x08, PCI_ACS_UF 0x10,
+# PCI_ACS_EC 0x20, PCI_ACS_DT 0x40).
+ACS_FLAGS = ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl", "DirectTrans")
+PCI_CFG_SPACE_SIZE = 0x100  # where the extended capabilities begin (pci_regs.h)
+PCI_CFG_SPACE_EXP_SIZE = 0x1000
+PCI_EXT_CAP_ID_ACS = 0x0D
+PCI_ACS_CTRL = 0x06
+
+
+def pci_config_acs(data):
+    """A PCI device's config space (the bytes of sysfs `config`) -> its ACS Control flags {flag: bool} (ACS_FLAGS),
+    or None where it has no ACS capability or the bytes stop before the extended space (0x100 + a header).
+
+    PCI Express Base Specification, section 7.7.8 "ACS Extended Capability" (7.16 in 3.x): extended capabilities
+    form a list from offset 0x100 (section 7.6.3), each with a 32-bit little-endian header - capability id bits 0-15,
+    version 16-19, next offset 20-31; the ACS capability (id 0x000D) holds the 16-bit ACS Control register at +6.
+    Linux include/uapi/linux/pci_regs.h: PCI_EXT_CAP_ID_ACS 0x0d, PCI_ACS_CTRL 0x06, PCI_EXT_CAP_NEXT (header >> 20)
+    & 0xffc; the walk mirrors drivers/pci/pci.c pci_find_next_ext_capability (a header of 0 ends it, a next offset
+    below 0x100 ends it, at most (0x1000 - 0x100) / 8 steps, so a looping list ends too). An unprivileged read of
+    sysfs `config` gets only the first 64 bytes (drivers/pci/pci-sysfs.c pci_read_config): None then, too.
+    """
+    data = bytes(data or b"")
+    if len(data) < PCI_CFG_SPACE_SIZE + 4:
+        return None
+    pos = PCI_CFG_SPACE_SIZE
+    for _step in range((PCI_CFG_SPACE_EXP_SIZE - PCI_CFG_SPACE_SIZE) // 8):
+        if pos + 4 > len(data):
+            return None
+        header = int.from_bytes(data[pos : pos + 4], "little")
+        if header in (0, 0xFFFFFFFF):
+            return None
+        if header & 0xFFFF == PCI_EXT_CAP_ID_ACS:
+            at = pos + PCI_ACS_CTRL
+            if at + 2 > len(data):
+                return None
+            ctrl = int.from_bytes(data[at : at + 2], "little")
+            return {name: bool(ctrl & (1 << bit)) for bit, name in enumerate(ACS_FLAGS)}
+        pos = (header >> 20) & 0xFFC
+        if pos < PCI_CFG_SPACE_SIZE:
+            return None
+    return None
