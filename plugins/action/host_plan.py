@@ -108,6 +108,7 @@ class ActionModule(ActionBase):
                       deployed=look.get("records") or {})  # fmt: skip
         if read_topology:
             inputs["topology"] = facts.get("gpu_topology")
+            inputs["readiness"] = facts.get("host_readiness")
         planned = plan.host_plan(inputs)
         no_gpu = rules.no_gpu_problems(inputs["topology"], inputs["host"]) if read_topology else []
         problems = no_gpu + list(found["problems"]) + list(planned["problems"])

@@ -104,6 +104,15 @@ options:
         as the module's user without a unit.
     type: list
     elements: str
+  host_findings:
+    description:
+      - The host readiness findings of the plan (the fact C(sglang_host_findings), each C({id, class, subject,
+        message})). When a pair's lane is not cuda_ipc, its message names those that explain it (the IOMMU, PCIe ACS
+        on the pair's path, a small BAR1, nvidia_uvm's HMM), or says that none was found; on a GPU lane it also
+        compares the GB/s with the GPU class's published ceiling.
+    type: list
+    elements: dict
+    default: []
   timeout:
     description: Seconds one pair's probe may take before it counts as failed.
     type: int
@@ -242,6 +251,7 @@ def main():
             "timeout": {"type": "int", "default": 120},
             "sysfs_root": {"type": "path", "default": "/"},
             "nvidia_smi_path": {"type": "path"},
+            "host_findings": {"type": "list", "elements": "dict", "default": []},
         },
         supports_check_mode=True,
     )
@@ -338,6 +348,9 @@ def main():
         rc, out, err = module.run_command(argv, environ_update=env_update)
         verdict = kt.decide(out + "\n" + err, p["min_gbps"], pair.get("src"), pair.get("dst"), p["env"], mem=mem)
         verdict.update({k: v for k, v in pair.items() if k in ("link", "numa")})
+        names = {g["index"]: g.get("name") for g in facts["gpus"]}
+        if mem == "vram":
+            kt.explain(verdict, p["host_findings"], names.get(pair.get("src")), pair.get("numa"))
         verdict["memory"] = label
         verdict["rc"] = rc
         verdict["wall_s"] = round(time.monotonic() - t0, 2)

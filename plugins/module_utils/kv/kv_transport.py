@@ -365,6 +365,69 @@ def probe_argv(python, source, args, *, properties=None, env=None, unit=None, sy
     return argv + cmd
 
 
+# The published peer-to-peer WRITE ceilings of a GPU class, one direction, GB/s (10^9 bytes/s), by whether the two
+# GPUs share a NUMA node: what a probe's GB/s is compared with. match: a substring of the GPU's name.
+CEILINGS = [
+    {
+        "match": "RTX PRO 6000",
+        "same": (53, 56),
+        "across": (39, 51),
+        "source": "voipmonitor/rtx6kpro hardware/pcie-bandwidth.md, PCIe P2P write, one direction",
+    },
+]
+# Findings of the host readiness rules (plan/readiness_rules.py) that take a pair's peer-to-peer lane away: the ones
+# naming no pair or GPU hold for every pair of the host.
+HOST_WIDE = ("iommu", "uvm_hmm", "aspm")
+
+
+def ceiling_text(gpu_name, numa, gbps_value):
+    """'; the published ceiling ...' for a probe's GB/s where the GPU's class has one (CEILINGS), else ''."""
+    row = next((c for c in CEILINGS if c["match"].lower() in str(gpu_name or "").lower()), None)
+    if row is None or numa not in ("same", "across") or gbps_value is None:
+        return ""
+    low, high = row[numa]
+    where = "on one NUMA node" if numa == "same" else "across NUMA nodes"
+    share = round(100 * gbps_value / high)
+    return (
+        f"; the published P2P write ceiling of {row['match']} {where} is {low}-{high} GB/s ({row['source']}): "
+        f"{share}% of it"
+    )
+
+
+def explaining_findings(findings, src, dst):
+    """The messages of the host readiness findings (plan/readiness_rules.judge) that explain why GPU SRC -> GPU DST
+    is not on the peer-to-peer lane: the host-wide ones, the ACS bridges on this pair's path, a small BAR1 of either
+    GPU."""
+    out = []
+    for found in findings or []:
+        if (
+            found.get("id") in HOST_WIDE
+            or f"{src}->{dst}" in (found.get("pairs") or [])
+            or {src, dst} & set(found.get("gpus") or [])
+        ):
+            out.append(found.get("message") or found.get("subject"))
+    return out
+
+
+def explain(verdict, findings, gpu_name=None, numa=None):
+    """VERDICT (decide's) with what explains it added to its message: on a lane other than cuda_ipc the host findings
+    that take the peer-to-peer lane away (or that the host readiness found none), and on any GPU lane the class's
+    published ceiling. Returns the verdict (changed in place) with `explained_by`."""
+    if verdict.get("memory") == "DRAM" or verdict.get("src") is None:
+        return verdict
+    why = explaining_findings(findings, verdict.get("src"), verdict.get("dst"))
+    verdict["explained_by"] = why
+    if verdict.get("lane_kind") and verdict.get("lane_kind") != "cuda_ipc":
+        verdict["message"] += (
+            "; host readiness: " + " | ".join(why)
+            if why
+            else "; host readiness found no setting that explains it (IOMMU, ACS, BAR1, nvidia_uvm all read clean "
+            "or not read)"
+        )
+    verdict["message"] += ceiling_text(gpu_name, numa, verdict.get("gbps"))
+    return verdict
+
+
 def pair_classes(facts, prefill_gpus, decode_gpus):
     """One (prefill GPU, decode GPU) pair for each class of path between them, in a stable order.
 

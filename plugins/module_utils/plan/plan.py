@@ -15,7 +15,7 @@ and what each host's records say was deployed before (units.record: the instance
 restart key, and, for a rollback, the health URL of the previous configuration).
 """
 
-from ansible_collections.disagg.sglang.plugins.module_utils.plan import kv_rules, profile_rules, rules
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import kv_rules, profile_rules, readiness_rules, rules
 from ansible_collections.disagg.sglang.plugins.module_utils.plan.pd_placement import PlacementError, place
 from ansible_collections.disagg.sglang.plugins.module_utils.units import rolling, units
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
@@ -96,14 +96,18 @@ def host_plan(inputs):
                  start_limit_interval, health_timeout, health_poll, stop_timeout),
       secrets:   {variable: value} (only checked, never put into a spec),
       kv_p2p_policy: sglang_kv_p2p_policy (fail | warn | off),
+      readiness: the host_readiness facts of the host (read with the topology; None where not read),
+      readiness_policies: {p2p, stability, tuning}: sglang_host_<class>_policy (readiness_rules.POLICY_VARS),
       variables: {sglang_unit_dir, sglang_deps_wheelhouse, sglang_gpu_groups}: what the account rule looks at,
       conflicting_units: sglang_conflicting_units,
       host_paths: {variable: {path, exists, isdir}}, what the preflight's stat found on the host,
       listeners:  {port: owner} of the TCP listeners on the host (owner: systemd unit or process name),
       deployed:   {unit: record} of the units the collection deployed on the host (the preflight's reading),
     }
-    Returns {units: [spec], placement: [slot], problems: [message], warnings: [message], retired: [record]};
-    units is empty when problems is not. retired: the deployed workers of the host's roles the plan no longer has.
+    Returns {units: [spec], placement: [slot], problems: [message], warnings: [message], retired: [record],
+    readiness: [finding]}; units is empty when problems is not. readiness: the host readiness findings not switched
+    off (readiness_rules.judge), each with its message (the KV probe names the p2p ones). retired: the deployed
+    workers of the host's roles the plan no longer has.
     """
     host = inputs["host"]
     problems = settings_problems(inputs)
@@ -176,8 +180,11 @@ def host_plan(inputs):
         problems += [m for m in kv_rules.transport_env_problems(spec["flags"], spec["env"], spec["role"])
                      if m not in problems]  # fmt: skip
     warnings, p2p = kv_p2p_findings(inputs, specs)
-    warnings = empty + warnings
-    problems += p2p
+    ready_warnings, ready_problems, readiness = readiness_rules.judge(
+        host, inputs.get("readiness"), specs, inputs.get("topology"), inputs.get("readiness_policies")
+    )
+    warnings = empty + warnings + ready_warnings
+    problems += p2p + ready_problems
     managed = _managed(inputs, specs)
     problems += rules.conflicting_units_problems(inputs.get("conflicting_units"), managed)
     problems += rules.listener_problems(
@@ -201,7 +208,7 @@ def host_plan(inputs):
     )
     retired = rolling.retired(deployed, [s["unit"] for s in specs], ("prefill", "decode"))
     return {"units": [] if problems else specs, "placement": placement, "problems": problems, "warnings": warnings,
-            "retired": [] if problems else retired}  # fmt: skip
+            "retired": [] if problems else retired, "readiness": readiness}  # fmt: skip
 
 
 def kv_p2p_findings(inputs, specs):

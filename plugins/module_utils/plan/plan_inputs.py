@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from ansible_collections.disagg.sglang.plugins.module_utils.deps import venvs
-from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, rules, variables
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, readiness_rules, rules, variables
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
 # setting of the plan (plan.host_plan's and plan.router_plan's `settings`) -> the variable it is, as it is
@@ -209,6 +209,7 @@ def host_plan(v, context, venv_paths, profile):
         "conflicting_units": v.get("sglang_conflicting_units"),
         "strict": v.get("sglang_topology_strict"),
         "kv_p2p_policy": v.get("sglang_kv_p2p_policy"),
+        "readiness_policies": {cls: v.get(var) for cls, var in readiness_rules.POLICY_VARS.items() if var in v},
         "profile": profile.get("content") or {},
         "profile_name": profile.get("path") or v.get("sglang_profile"),
     }
