@@ -148,13 +148,13 @@ def test_policies_decide_problem_warning_or_nothing(policies, n_problems, n_warn
         numa_balancing=1,
         **{"modules|nvidia_uvm": {"uvm_disable_hmm": "N"}, f"gpus|{BUS[4]}|bar1_total_mib": 256},
     )
-    warnings, problems, kept = rr.judge("gpu-a", r, SPECS, TOPOLOGY, policies)
+    warnings, problems, kept = rr.judge("gpu-a", r, SPECS, TOPOLOGY, policies=policies)
     assert (len(problems), len(warnings), len(kept)) == (n_problems, n_warnings, n_problems + n_warnings)
 
 
 def test_a_message_names_the_setting_what_it_costs_the_fix_the_reboot_and_the_variable():
     r = changed(**{f"acs|{PORTS[6]}": dict(ACS_OFF, ReqRedir=True)}, numa_balancing=1)
-    warnings, problems, _kept = rr.judge("gpu-a", r, SPECS, TOPOLOGY, {})
+    warnings, problems, _kept = rr.judge("gpu-a", r, SPECS, TOPOLOGY, policies={})
     (acs,) = problems
     assert acs.startswith("gpu-a: PCIe ACS redirects peer-to-peer requests: bridge 0000:bc:01.0 ACSCtl")
     assert "Costs: ACS request/completion redirect sends every peer-to-peer request up to the root complex" in acs
@@ -169,7 +169,7 @@ def test_a_message_names_the_setting_what_it_costs_the_fix_the_reboot_and_the_va
 
 def test_what_was_not_read_is_said_once_as_a_warning():
     r = changed(unread={"nvidia-smi -q": "nvidia-smi not found", "acs 0000:16:01.0": "config space 64 bytes"})
-    warnings, problems, _kept = rr.judge("gpu-a", r, SPECS, TOPOLOGY, {})
+    warnings, problems, _kept = rr.judge("gpu-a", r, SPECS, TOPOLOGY, policies={})
     assert problems == []
     assert warnings == [
         "gpu-a: host readiness not read: acs 0000:16:01.0 (config space 64 bytes); nvidia-smi -q (nvidia-smi not "
@@ -214,7 +214,7 @@ def test_the_kv_probe_names_the_findings_that_explain_a_pair_and_the_class_ceili
         **{f"acs|{PORTS[4]}": dict(ACS_OFF, ReqRedir=True), f"gpus|{BUS[6]}|bar1_total_mib": 256},
         numa_balancing=1,
     )
-    _w, _p, kept = rr.judge("gpu-a", r, SPECS, TOPOLOGY, {})
+    _w, _p, kept = rr.judge("gpu-a", r, SPECS, TOPOLOGY, policies={})
     assert [f["id"] for f in kept] == ["acs", "bar1", "numa_balancing"]
     assert len(kt.explaining_findings(kept, 0, 4)) == 1  # the ACS bridge of GPU 4
     assert len(kt.explaining_findings(kept, 0, 5)) == 0
@@ -250,3 +250,16 @@ def test_the_readme_table_holds_every_rule_its_class_and_whether_it_needs_a_rebo
     got = {cells[0].lstrip("| "): (cells[1], cells[4].rstrip(" |")) for cells in rows}
     want = {row["setting"]: (row["class"], "yes" if row["reboot"] else "no") for row in rr.RULES.values()}
     assert got == want
+
+
+def test_a_setting_the_run_applies_itself_is_said_as_set_by_this_run_not_refused():
+    r = changed(numa_balancing=1, governors={"powersave": 64})
+    warnings, problems, kept = rr.judge(
+        "gpu-a", r, SPECS, TOPOLOGY, policies={"tuning": "fail"}, apply=["numa_balancing"]
+    )
+    assert [f["id"] for f in kept] == ["governor"]
+    assert problems == [rr.message("gpu-a", "governor", "64 CPU(s) powersave")]
+    assert warnings == [
+        "gpu-a: automatic NUMA balancing on: kernel.numa_balancing = 1: this run sets it (sglang_host_apply: "
+        "numa_balancing)"
+    ]

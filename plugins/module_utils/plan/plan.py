@@ -98,6 +98,7 @@ def host_plan(inputs):
       kv_p2p_policy: sglang_kv_p2p_policy (fail | warn | off),
       readiness: the host_readiness facts of the host (read with the topology; None where not read),
       readiness_policies: {p2p, stability, tuning}: sglang_host_<class>_policy (readiness_rules.POLICY_VARS),
+      readiness_apply: sglang_host_apply (the settings this run changes itself),
       variables: {sglang_unit_dir, sglang_deps_wheelhouse, sglang_gpu_groups}: what the account rule looks at,
       conflicting_units: sglang_conflicting_units,
       host_paths: {variable: {path, exists, isdir}}, what the preflight's stat found on the host,
@@ -181,7 +182,12 @@ def host_plan(inputs):
                      if m not in problems]  # fmt: skip
     warnings, p2p = kv_p2p_findings(inputs, specs)
     ready_warnings, ready_problems, readiness = readiness_rules.judge(
-        host, inputs.get("readiness"), specs, inputs.get("topology"), inputs.get("readiness_policies")
+        host,
+        inputs.get("readiness"),
+        specs,
+        inputs.get("topology"),
+        policies=inputs.get("readiness_policies"),
+        apply=inputs.get("readiness_apply"),
     )
     warnings = empty + warnings + ready_warnings
     problems += p2p + ready_problems

@@ -210,6 +210,7 @@ def host_plan(v, context, venv_paths, profile):
         "strict": v.get("sglang_topology_strict"),
         "kv_p2p_policy": v.get("sglang_kv_p2p_policy"),
         "readiness_policies": {cls: v.get(var) for cls, var in readiness_rules.POLICY_VARS.items() if var in v},
+        "readiness_apply": v.get(readiness_rules.APPLY_VAR) or [],
         "profile": profile.get("content") or {},
         "profile_name": profile.get("path") or v.get("sglang_profile"),
     }

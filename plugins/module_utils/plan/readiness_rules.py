@@ -263,14 +263,20 @@ def findings(readiness, specs, topology=None):
     ]
 
 
-def judge(host, readiness, specs, topology=None, policies=None):
+def judge(host, readiness, specs, topology=None, *, policies=None, apply=()):
     """(warnings, problems, findings) of one host as the policies say: a finding of a class whose policy is fail is a
-    problem, warn a warning, off nothing. FINDINGS: the ones not switched off, with their message (the KV probe
+    problem, warn a warning, off nothing; one that APPLY (sglang_host_apply) lets the run change is a line saying
+    that this run sets it. FINDINGS: the ones not switched off, with their message (the KV probe
     names the p2p ones when its lane is not peer-to-peer)."""
     warnings, problems, kept = [], [], []
     for found in findings(readiness, specs, topology):
         policy = (policies or {}).get(found["class"]) or DEFAULT_POLICIES[found["class"]]
         if policy == "off":
+            continue
+        item = RULES[found["id"]].get("apply")
+        if item in (apply or ()):
+            warnings.append(f"{host}: {RULES[found['id']]['setting']}: {found['subject']}: this run sets it "
+                            f"({APPLY_VAR}: {item})")  # fmt: skip
             continue
         text = message(host, found["id"], found["subject"])
         kept.append({**found, "message": text})
