@@ -105,7 +105,9 @@ class Handler(BaseHTTPRequestHandler):
         return self.client_address[0]
 
     # --- answers -------------------------------------------------------------------------------------------------
-    def answer(self, status: int, body: bytes = b"", headers: dict | None = None, head: bool = False) -> None:
+    def answer(
+        self, status: int, body: bytes = b"", headers: dict | None = None, head: bool = False, count: bool = True
+    ) -> None:
         self.send_response(status)
         for key, value in (headers or {}).items():
             self.send_header(key, str(value))
@@ -113,10 +115,11 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if not head and body:
             self.wfile.write(body)
-            self.hub.count(self.client(), None, len(body))
+        if count:
+            self.hub.count(self.client(), None, 0 if head else len(body))
 
-    def answer_json(self, data, status: int = 200) -> None:
-        self.answer(status, json.dumps(data).encode(), {"Content-Type": "application/json"})
+    def answer_json(self, data, status: int = 200, count: bool = True) -> None:
+        self.answer(status, json.dumps(data).encode(), {"Content-Type": "application/json"}, count=count)
 
     def error(self, status: int, code: str, message: str, head: bool = False) -> None:
         body = json.dumps({"error": message}).encode()
@@ -148,10 +151,10 @@ class Handler(BaseHTTPRequestHandler):
                 for kind in ("cut", "fail"):
                     if kind in body:
                         self.hub.faults[kind].append(dict(body[kind]))
-            return self.answer_json({"armed": body})
+            return self.answer_json({"armed": body}, count=False)
         if url.path == "/hubsim/reset":
             self.hub.reset()
-            return self.answer_json({"reset": True})
+            return self.answer_json({"reset": True}, count=False)
         return self.error(404, "NotFound", f"no route {url.path}")
 
     def route(self, head: bool) -> None:
@@ -159,7 +162,7 @@ class Handler(BaseHTTPRequestHandler):
         path = unquote(url.path)
         query = parse_qs(url.query)
         if path == "/hubsim/stats":
-            return self.answer_json(self.hub.stats())
+            return self.answer_json(self.hub.stats(), count=False)  # the record does not count its own reading
         match = re.match(r"^/api/models/([^/]+/[^/]+)/(revision|tree)/([^/]+)(?:/(.*))?$", path)
         if match:
             repo, kind, rev, sub = match.groups()

@@ -1,0 +1,276 @@
+"""The module model_stage against hubsim (tests/sandbox/hubsim) with the real huggingface_hub client: each fetch is
+judged by the hub server's own byte count."""
+
+import hashlib
+import json
+import os
+import threading
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from ansible.module_utils import testing
+from ansible_collections.disagg.sglang.plugins.module_utils.model import staging
+from ansible_collections.disagg.sglang.plugins.modules import model_stage as module
+
+from tests.http_client import http
+from tests.sandbox.hubsim import Hub, generate, start
+
+REPO = "hubsim/tiny-llama"
+TOKEN = "hf_secret_token_for_the_stage_test"
+
+
+def stats(url):
+    status, answer = http("GET", url + "/hubsim/stats")
+    assert status == 200
+    return answer
+
+
+@pytest.fixture
+def hub():
+    revisions = [generate(0), generate(1)]
+    hub = Hub({REPO: revisions}, token=TOKEN)
+    server = start(hub)
+    yield hub, server, revisions
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def argv_seen(monkeypatch):
+    """Every command the module runs, with the environment it adds, recorded before it runs."""
+    seen = []
+    real = module.AnsibleModule.run_command
+
+    def run_command(self, args, **kwargs):
+        seen.append({"argv": list(args), "env": dict(kwargs.get("environ_update") or {}), "data": kwargs.get("data")})
+        return real(self, args, **kwargs)
+
+    monkeypatch.setattr(module.AnsibleModule, "run_command", run_command)
+    return seen
+
+
+def run(capsys, **args):
+    with testing.patch_module_args(args), pytest.raises(SystemExit) as done:
+        module.main()
+    out = capsys.readouterr().out
+    return done.value.code, json.loads(out), out
+
+
+def stage(capsys, server, rev, models_dir, **extra):
+    args = {"source": {"hub": REPO, "revision": rev.commit, "endpoint": server.url}, "models_dir": str(models_dir),
+            "token": TOKEN, **extra}  # fmt: skip
+    return run(capsys, **args)
+
+
+def files_of(directory):
+    out = {}
+    for root, _dirs, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, directory)
+            if rel != staging.STAMP:
+                with open(path, "rb") as handle:
+                    out[rel] = handle.read()
+    return out
+
+
+def test_a_bare_host_stages_the_revision_verified_in_its_versioned_directory_one_copy_from_the_hub(
+    hub, capsys, tmp_path, argv_seen
+):
+    hub, server, (old, _new) = hub
+    rc, result, raw = stage(capsys, server, old, tmp_path)
+    assert rc == 0, result
+    final = tmp_path / f"tiny-llama-{old.commit}"
+    assert result["changed"] is True and result["path"] == str(final)
+    assert files_of(final) == old.files  # no .cache of the client, no temporary directory left
+    assert not (tmp_path / f".staging-tiny-llama-{old.commit}").exists()
+    assert sorted(result["fetched"]) == sorted(old.files) and result["bytes_fetched"] == old.total_bytes
+    assert result["total_bytes"] == old.total_bytes and result["client"] == "2.4.0"
+    assert result["gbps"] > 0
+    record = stats(server.url)
+    assert record["file_bytes"] == old.total_bytes and record["unauthorized"] == 0
+    # The token went to the client in its environment only.
+    assert TOKEN not in raw
+    assert all(TOKEN not in " ".join(call["argv"]) and TOKEN not in (call["data"] or "") for call in argv_seen)
+    assert [call["env"].get("HF_TOKEN") for call in argv_seen] == [TOKEN, TOKEN]  # model info, then the download
+
+
+def test_a_rerun_asks_the_hub_nothing_and_changes_nothing(hub, capsys, tmp_path, argv_seen):
+    hub, server, (old, _new) = hub
+    assert stage(capsys, server, old, tmp_path)[0] == 0
+    before = stats(server.url)
+    rc, result, _raw = stage(capsys, server, old, tmp_path)
+    assert (rc, result["changed"], result["fetched"], result["bytes_fetched"]) == (0, False, [], 0)
+    assert stats(server.url) == before  # not one request: the staged directory's record is the manifest
+    assert len(argv_seen) == 2  # the first run's two client calls, none for the rerun
+
+
+def test_a_corrupted_file_is_found_and_fetched_again_alone(hub, capsys, tmp_path):
+    hub, server, (old, _new) = hub
+    stage(capsys, server, old, tmp_path)
+    final = tmp_path / f"tiny-llama-{old.commit}"
+    shard = "model-00002-of-00003.safetensors"
+    data = bytearray((final / shard).read_bytes())
+    data[1000] ^= 0xFF
+    (final / shard).write_bytes(bytes(data))
+    before = stats(server.url)["file_bytes"]
+    rc, result, _raw = stage(capsys, server, old, tmp_path)
+    assert rc == 0 and result["changed"] and result["repaired"]
+    assert [w["path"] for w in result["found_wrong"]] == [shard] and "sha256" in result["found_wrong"][0]["why"]
+    assert result["fetched"] == [shard]
+    assert stats(server.url)["file_bytes"] - before == len(old.files[shard])
+    assert files_of(final) == old.files
+    assert stage(capsys, server, old, tmp_path)[1]["changed"] is False
+
+
+def test_quick_trusts_an_unchanged_size_and_mtime_and_full_hashes_every_file(hub, capsys, tmp_path):
+    hub, server, (old, _new) = hub
+    stage(capsys, server, old, tmp_path)
+    final = tmp_path / f"tiny-llama-{old.commit}"
+    path = final / "config.json"
+    st = path.stat()
+    path.write_bytes(path.read_bytes().replace(b"llama", b"LLAMA"))  # same size
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert stage(capsys, server, old, tmp_path)[1]["changed"] is False
+    rc, result, _raw = stage(capsys, server, old, tmp_path, verify="full")
+    assert rc == 0 and [w["path"] for w in result["found_wrong"]] == ["config.json"]
+    assert "blob" in result["found_wrong"][0]["why"]  # a plain git file is checked by its git blob id
+    assert files_of(final) == old.files
+
+
+def test_a_missing_file_of_a_staged_directory_is_fetched_again(hub, capsys, tmp_path):
+    hub, server, (old, _new) = hub
+    stage(capsys, server, old, tmp_path)
+    final = tmp_path / f"tiny-llama-{old.commit}"
+    (final / "tokenizer.json").unlink()
+    rc, result, _raw = stage(capsys, server, old, tmp_path)
+    assert rc == 0 and result["found_missing"] == ["tokenizer.json"] and result["fetched"] == ["tokenizer.json"]
+    assert files_of(final) == old.files
+
+
+def test_an_interrupted_stage_resumes_and_fetches_only_what_it_lacked(hub, capsys, tmp_path):
+    hub, server, (old, _new) = hub
+    shard = "model-00003-of-00003.safetensors"
+    hub.faults["fail"].append({"path": shard, "status": 500, "times": 1})
+    rc, result, _raw = stage(capsys, server, old, tmp_path)
+    assert rc == 1 and result["failed"] and "500" in result["msg"]
+    assert not (tmp_path / f"tiny-llama-{old.commit}").exists()  # never a partial versioned directory
+    assert stats(server.url)["file_bytes"] == old.total_bytes - len(old.files[shard])
+    rc, result, _raw = stage(capsys, server, old, tmp_path)
+    assert rc == 0 and result["fetched"] == [shard]
+    assert sorted(result["resumed"]) == sorted(set(old.files) - {shard})
+    assert stats(server.url)["file_bytes"] == old.total_bytes  # each byte once over both runs
+    assert files_of(tmp_path / f"tiny-llama-{old.commit}") == old.files
+
+
+def test_a_wrong_file_left_by_an_interrupted_stage_is_dropped_and_fetched_again(hub, capsys, tmp_path):
+    hub, server, (old, _new) = hub
+    shard = "model-00003-of-00003.safetensors"
+    hub.faults["fail"].append({"path": shard, "status": 500, "times": 1})
+    stage(capsys, server, old, tmp_path)
+    temp = tmp_path / f".staging-tiny-llama-{old.commit}"
+    (temp / "model-00001-of-00003.safetensors").write_bytes(b"\0" * len(old.files["model-00001-of-00003.safetensors"]))
+    rc, result, _raw = stage(capsys, server, old, tmp_path)
+    assert rc == 0 and sorted(result["fetched"]) == ["model-00001-of-00003.safetensors", shard]
+    assert files_of(tmp_path / f"tiny-llama-{old.commit}") == old.files
+
+
+def test_check_mode_says_what_it_would_fetch_and_fetches_nothing(hub, capsys, tmp_path):
+    hub, server, (old, _new) = hub
+    rc, result, raw = stage(capsys, server, old, tmp_path, _ansible_check_mode=True, _ansible_diff=True)
+    assert rc == 0 and result["changed"] is True
+    assert sorted(result["fetched"]) == sorted(old.files) and result["bytes_fetched"] == old.total_bytes
+    assert stats(server.url)["file_bytes"] == 0
+    assert list(tmp_path.iterdir()) == [] or [p.name for p in tmp_path.iterdir()] == [".hf-home"]
+    diff = result["diff"]
+    assert diff["before"] == "" and diff["after"].count("\n") == len(old.files)
+    assert TOKEN not in raw
+    # After a real stage, check mode with a corrupted file names that one file alone.
+    stage(capsys, server, old, tmp_path)
+    final = tmp_path / f"tiny-llama-{old.commit}"
+    (final / "config.json").write_bytes(b"{}" + b" " * (len(old.files["config.json"]) - 2))
+    before = stats(server.url)
+    rc, result, _raw = stage(capsys, server, old, tmp_path, _ansible_check_mode=True, _ansible_diff=True)
+    assert rc == 0 and result["changed"] and result["fetched"] == ["config.json"]
+    assert stats(server.url) == before
+    names = {side: [line.split(" ")[0] for line in result["diff"][side].splitlines()] for side in ("before", "after")}
+    assert sorted(set(names["after"]) - set(names["before"])) == ["config.json"]
+
+
+def test_a_wrong_token_fails_and_the_message_holds_no_token(hub, capsys, tmp_path):
+    hub, server, (old, _new) = hub
+    wrong = "hf_wrong_token_never_shown"
+    source = {"hub": REPO, "revision": old.commit, "endpoint": server.url}
+    rc, result, raw = run(capsys, source=source, models_dir=str(tmp_path), token=wrong)
+    assert rc == 1 and "401" in result["msg"]
+    assert wrong not in raw and stats(server.url)["unauthorized"] >= 1
+
+
+def test_a_branch_name_is_refused_naming_the_variable_and_the_fix(hub, capsys, tmp_path):
+    hub, server, _revs = hub
+    source = {"hub": REPO, "revision": "main", "endpoint": server.url}
+    rc, result, _raw = run(capsys, source=source, models_dir=str(tmp_path))
+    assert rc == 1
+    assert "sglang_model_source.revision is 'main'" in result["msg"] and "pin those 40 hex digits" in result["msg"]
+    assert stats(server.url)["bytes"] == 0
+
+
+def test_a_mirror_is_a_base_url_with_a_manifest_and_an_interrupted_copy_resumes_with_a_range(hub, capsys, tmp_path):
+    """The hub's resolve URL of a commit is a mirror's base URL: each file at its path, with Range."""
+    hub, server, (old, _new) = hub
+    hub.token = None
+    first = tmp_path / "first"
+    run(capsys, source={"hub": REPO, "revision": old.commit, "endpoint": server.url}, models_dir=str(first))
+    manifest = json.loads((first / f"tiny-llama-{old.commit}" / staging.STAMP).read_text())["manifest"]
+    hub.reset()
+    shard = "model-00001-of-00003.safetensors"
+    temp = tmp_path / "second" / f".staging-tiny-llama-{old.commit}"
+    temp.mkdir(parents=True)
+    (temp / (shard + ".incomplete")).write_bytes(old.files[shard][:300_000])  # what a cut copy left
+    source = {"mirror": f"{server.url}/{REPO}/resolve/{old.commit}", "revision": old.commit, "manifest": manifest,
+              "name": "tiny-llama"}  # fmt: skip
+    rc, result, _raw = run(capsys, source=source, models_dir=str(tmp_path / "second"))
+    assert rc == 0 and result["fetched_from"] == "mirror"
+    assert files_of(tmp_path / "second" / f"tiny-llama-{old.commit}") == old.files
+    record = stats(server.url)
+    assert record["files"][shard] == {"bytes": len(old.files[shard]) - 300_000, "gets": 1, "ranged": 1}
+    assert record["file_bytes"] == old.total_bytes - 300_000
+
+
+def test_a_second_host_stages_from_a_peers_staged_directory_and_the_hub_serves_one_copy(hub, capsys, tmp_path):
+    """A peer serves its versioned directory over HTTP; the second host takes the manifest from the peer's stamp,
+    verifies every file again, and the hub's own record is one copy for the two hosts."""
+    hub, server, (old, _new) = hub
+    rc, first, _raw = stage(capsys, server, old, tmp_path / "host1")
+    assert rc == 0
+    handler = partial(SimpleHTTPRequestHandler, directory=first["path"])
+    handler.log_message = lambda *a, **k: None
+    peer = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=peer.serve_forever, daemon=True).start()
+    try:
+        source = {"mirror": f"http://127.0.0.1:{peer.server_address[1]}/", "revision": old.commit,
+                  "name": "tiny-llama"}  # fmt: skip
+        rc, second, _raw = run(capsys, source=source, models_dir=str(tmp_path / "host2"))
+    finally:
+        peer.shutdown()
+        peer.server_close()
+    assert rc == 0, second
+    assert second["manifest"] == first["manifest"] and second["bytes_fetched"] == old.total_bytes
+    assert files_of(second["path"]) == old.files
+    assert stats(server.url)["file_bytes"] == old.total_bytes  # the hub: one copy, whatever the number of hosts
+
+
+def test_a_peer_file_that_does_not_match_the_manifest_fails_the_stage_and_is_not_renamed_into_place(
+    hub, capsys, tmp_path
+):
+    hub, server, (old, _new) = hub
+    rc, first, _raw = stage(capsys, server, old, tmp_path / "host1")
+    mirror_dir = tmp_path / "host1" / f"tiny-llama-{old.commit}"
+    (mirror_dir / "tokenizer.json").write_bytes(b"x" * len(old.files["tokenizer.json"]))
+    source = {"mirror": str(mirror_dir), "revision": old.commit, "manifest": first["manifest"]}
+    rc, result, _raw = run(capsys, source=source, models_dir=str(tmp_path / "host2"))
+    assert rc == 1 and "tokenizer.json" in result["msg"]
+    assert not (tmp_path / "host2" / f"tiny-llama-{old.commit}").exists()
+    assert hashlib.sha256(old.files["config.json"]).hexdigest()  # the others were copied and kept for the next run
+    assert (tmp_path / "host2" / f".staging-tiny-llama-{old.commit}" / "config.json").exists()
