@@ -264,6 +264,14 @@ def test_a_fetch_that_leaves_a_file_missing_is_an_error_and_nothing_is_renamed()
     assert ops.fetches[-1] == ["w2.safetensors"] and sorted(result["resumed"]) == ["config.json", "w1.safetensors"]
 
 
+def test_a_directory_of_the_staged_name_that_the_stage_did_not_make_is_left_alone():
+    ops = FakeOps(FILES)
+    ops.dirs[REQ["final"]] = {"config.json": b"mine"}
+    with pytest.raises(staging.StageError, match="move it away"):
+        staging.stage(dict(REQ), ops)
+    assert ops.dirs[REQ["final"]] == {"config.json": b"mine"} and ops.fetches == [] and ops.info_calls == 0
+
+
 def test_check_mode_fetches_nothing_and_says_what_it_would():
     ops = FakeOps(FILES)
     result = staging.stage(dict(REQ, check_mode=True), ops)

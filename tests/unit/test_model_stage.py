@@ -11,6 +11,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from ansible.module_utils import testing
 from ansible_collections.disagg.sglang.plugins.module_utils.model import staging
+from ansible_collections.disagg.sglang.plugins.modules import model_check
 from ansible_collections.disagg.sglang.plugins.modules import model_stage as module
 
 from tests.http_client import http
@@ -261,6 +262,29 @@ def test_a_second_host_stages_from_a_peers_staged_directory_and_the_hub_serves_o
     assert stats(server.url)["file_bytes"] == old.total_bytes  # the hub: one copy, whatever the number of hosts
 
 
+def test_a_copy_resumed_from_a_server_that_ignores_the_range_starts_the_file_again(hub, capsys, tmp_path):
+    """http.server answers a Range with the whole file (200): the part is started again, not appended to."""
+    hub, server, (old, _new) = hub
+    rc, first, _raw = stage(capsys, server, old, tmp_path / "host1")
+    shard = "model-00001-of-00003.safetensors"
+    temp = tmp_path / "host2" / f".staging-tiny-llama-{old.commit}"
+    temp.mkdir(parents=True)
+    (temp / (shard + ".incomplete")).write_bytes(old.files[shard][:300_000])
+    handler = partial(SimpleHTTPRequestHandler, directory=first["path"])
+    handler.log_message = lambda *a, **k: None
+    peer = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=peer.serve_forever, daemon=True).start()
+    try:
+        source = {"mirror": f"http://127.0.0.1:{peer.server_address[1]}/", "revision": old.commit,
+                  "name": "tiny-llama", "manifest": first["manifest"]}  # fmt: skip
+        rc, second, _raw = run(capsys, source=source, models_dir=str(tmp_path / "host2"))
+    finally:
+        peer.shutdown()
+        peer.server_close()
+    assert rc == 0, second
+    assert files_of(second["path"]) == old.files
+
+
 def test_a_peer_file_that_does_not_match_the_manifest_fails_the_stage_and_is_not_renamed_into_place(
     hub, capsys, tmp_path
 ):
@@ -274,3 +298,27 @@ def test_a_peer_file_that_does_not_match_the_manifest_fails_the_stage_and_is_not
     assert not (tmp_path / "host2" / f"tiny-llama-{old.commit}").exists()
     assert hashlib.sha256(old.files["config.json"]).hexdigest()  # the others were copied and kept for the next run
     assert (tmp_path / "host2" / f".staging-tiny-llama-{old.commit}" / "config.json").exists()
+
+
+def run_check(capsys, **args):
+    with testing.patch_module_args(args), pytest.raises(SystemExit) as done:
+        model_check.main()
+    return done.value.code, json.loads(capsys.readouterr().out)
+
+
+def test_a_staged_revision_is_a_whole_model_and_one_without_a_shard_is_not(hub, capsys, tmp_path):
+    hub, server, (old, _new) = hub
+    rc, staged, _raw = stage(capsys, server, old, tmp_path)
+    checked = run_check(capsys, path=staged["path"])[1]
+    assert (checked["whole"], checked["problems"], checked["free_bytes"]) == (True, [], None)
+    os.unlink(os.path.join(staged["path"], "model-00002-of-00003.safetensors"))
+    rc, result = run_check(capsys, path=staged["path"])
+    assert (rc, result["whole"]) == (0, False)
+    assert result["problems"] == ["model-00002-of-00003.safetensors, named by model.safetensors.index.json, is missing"]
+
+
+def test_a_file_system_without_room_for_the_revision_is_named_with_the_fix(capsys, tmp_path):
+    rc, result = run_check(capsys, models_dir=str(tmp_path / "not" / "yet"), need_bytes=1 << 60)
+    assert rc == 0 and result["free_bytes"] > 0
+    assert "needs 1152921504606846976 more" in result["problems"][0] and "sglang_models_dir" in result["problems"][0]
+    assert run_check(capsys, models_dir=str(tmp_path), need_bytes=1)[1]["problems"] == []

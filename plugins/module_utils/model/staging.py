@@ -73,6 +73,11 @@ def stage(request, ops):
         if request.get("check_mode"):
             return out
         return _fetch_verify(request, ops, manifest, bad, out, repair=True)
+    if ops.exists(final):
+        raise StageError(
+            f"{final} exists and is no staged revision {request['revision']} (its {STAMP} is missing or names "
+            "another): move it away; the stage does not overwrite a directory it did not make"
+        )
     manifest = ops.model_info()
     found = mf.problems(manifest)
     if found:
