@@ -2,11 +2,17 @@
 
 What a guest gets (paths inside the guest):
   /opt/fakegpu/topology.json      the spec, expanded per host (GPU UUIDs, link matrix, CPU lists)
-  /opt/fakegpu/sysroot/sys/...    a fake sysfs: NUMA nodes, CPUs, one PCI device per GPU
+  /opt/fakegpu/sysroot/sys/...    a fake sysfs: NUMA nodes, CPUs, one PCI device per GPU and its root port
+  /opt/fakegpu/sysroot/{proc,sys} the host's readiness (issue 41): kernel command line, IOMMU groups, nvidia module
+                                  parameters, ASPM policy, each root port's config space with its ACS capability,
+                                  numa balancing, THP, CPU governors (render_readiness; set_readiness re-renders one
+                                  running host's with overrides)
+  /opt/fakegpu/readiness.json     the readiness the fake nvidia-smi answers `-q` from (persistence, BAR1, ECC)
   /opt/fakegpu/bin/numactl        numactl shim checked against the fake NUMA nodes
   /usr/local/bin/nvidia-smi       fake nvidia-smi answering from topology.json
   /opt/models/DeepSeek-V4-Flash/  no weights; a tiny real tokenizer and config for the router
-The collection's topology module runs unchanged with sysfs_root=/opt/fakegpu/sysroot.
+The collection's topology module runs unchanged with sysfs_root=/opt/fakegpu/sysroot, its readiness module with
+root=/opt/fakegpu/sysroot.
 """
 
 from __future__ import annotations
@@ -97,6 +103,7 @@ def expand(spec: dict, hostname: str) -> dict:
         "pcie_link": model["pcie_link"],
         "pci_vendor_id": model["pci_vendor_id"],
         "pci_device_id": model["pci_device_id"],
+        "spec_readiness": spec.get("readiness") or {},
     }
 
 
@@ -110,6 +117,17 @@ def _link(path: Path, target: str) -> None:
     if path.is_symlink():
         path.unlink()
     path.symlink_to(target)
+
+
+def root_port(addr: str) -> str:
+    """The PCIe root port above a GPU: device 01.0 of the bus just below the GPU's (host bridge pci0000:16 and root
+    port 0000:16:01.0 for 0000:17:00.0), as on boards where every x16 slot has its own host bridge."""
+    domain, bus = addr[:4], int(addr[5:7], 16)
+    return f"{domain}:{bus - 1:02x}:01.0"
+
+
+# The root ports' identity: the fake's choice (Intel's vendor id; the device id is not a claim about any part).
+ROOT_PORT = {"vendor": "0x8086", "device": "0x352a"}
 
 
 def render_sysfs(topo: dict, sys_dir: Path) -> None:
@@ -136,9 +154,8 @@ def render_sysfs(topo: dict, sys_dir: Path) -> None:
         )
     for gpu in topo["gpus"]:
         addr = gpu["sysfs_bus_id"]
-        domain, bus = addr[:4], int(addr[5:7], 16)
-        host_bus = f"{bus - 1:02x}"
-        rel = f"devices/pci{domain}:{host_bus}/{domain}:{host_bus}:01.0/{addr}"
+        port = root_port(addr)
+        rel = f"devices/pci{port[:7]}/{port}/{addr}"
         dev = sys_dir / rel
         link = topo["pcie_link"]
         for name, value in {
@@ -157,7 +174,136 @@ def render_sysfs(topo: dict, sys_dir: Path) -> None:
         _link(sys_dir / "bus/pci/devices" / addr, f"../../../{rel}")
         _link(sys_dir / "bus/pci/drivers/nvidia" / addr, f"../../../../{rel}")
         _link(dev / "driver", "../../../../bus/pci/drivers/nvidia")
+        # the GPU's root port: a device of its own (its config space is rendered with the readiness)
+        bridge = dev.parent
+        for name, value in {"vendor": ROOT_PORT["vendor"], "device": ROOT_PORT["device"], "class": "0x060400"}.items():
+            _write(bridge / name, value)
+        _link(sys_dir / "bus/pci/devices" / bridge.name, f"../../../{rel.rsplit('/', 1)[0]}")
     _write(sys_dir / "module/nvidia/version", topo["driver_version"])
+
+
+# ---------------------------------------------------------------- readiness (issue 41)
+
+# A clean host, as the RTX PRO 6000 community's setup notes want it (voipmonitor/rtx6kpro hardware/pcie-bandwidth.md,
+# quoted in issue 41): IOMMU in passthrough, ASPM off, uvm_disable_hmm=1, persistence on, no ACS redirection on the
+# root ports, NUMA balancing off, the performance governor. A topology spec's optional `readiness:` block overrides
+# any key; set_readiness overrides them on one running host.
+READINESS = {
+    # /proc/cmdline
+    "cmdline": "BOOT_IMAGE=/boot/vmlinuz-6.8.0-60-generic root=/dev/mapper/vg0-root ro iommu=pt pcie_aspm=off",
+    # every IOMMU group's type (drivers/iommu/iommu.c: identity, DMA, DMA-FQ, blocked); None: no groups (IOMMU off)
+    "iommu_group_type": "identity",
+    # GPU indexes whose root port has ACS request and completion redirection on, as drivers/pci/pci.c
+    # pci_std_enable_acs sets it (SrcValid ReqRedir CmpltRedir UpstreamFwd); the others' ACS Control is all off
+    "acs_redirect": [],
+    # sys/module/pcie_aspm/parameters/policy's selection
+    "aspm_policy": "performance",
+    # sys/module/nvidia_uvm/parameters/uvm_disable_hmm as the kernel prints a bool parameter
+    "uvm_disable_hmm": "Y",
+    # nvidia-smi -q per GPU. BAR1 131072 MiB is the fake's choice, not a capture: the smallest power of two (BAR sizes
+    # are) that maps the RTX PRO 6000's 96 GiB; the H200 capture shows 262144 MiB for its 141 GiB
+    "bar1_mib": 131072,
+    "persistence": "Enabled",
+    "ecc": "Enabled",  # the fake's choice
+    "max_sm_clock_mhz": 3090,  # the fake's choice
+    "numa_balancing": 0,
+    "thp": "madvise",
+    "governor": "performance",
+}
+ASPM_POLICIES = ("default", "performance", "powersave", "powersupersave")
+ACS_KERNEL = 0x001D  # PCI_ACS_SV | PCI_ACS_RR | PCI_ACS_CR | PCI_ACS_UF (include/uapi/linux/pci_regs.h)
+# The driver's /proc/driver/nvidia/params, as 580.159.04 printed it on the lent H200 (tests/fixtures/host_readiness/
+# h200-vm-2026-12-04/nvidia-modules.txt). The nvidia module's NVreg_* options have no sysfs file (open-gpu-kernel-
+# modules nv-linux.h: NV_MODULE_PARAMETER(x) is module_param(x, int, 0)), so sys/module/nvidia/parameters stays absent.
+NVIDIA_PARAMS = GUEST / "nvidia-params"
+UVM_PARAMS = {"uvm_ats_mode": "1", "uvm_peer_copy": "phys", "uvm_perf_prefetch_enable": "1"}  # from the same capture
+
+
+def readiness_of(block: dict, overrides: dict) -> dict:
+    """READINESS with a topology spec's `readiness:` BLOCK and OVERRIDES on top; an unknown key is refused."""
+    merged = dict(READINESS)
+    for source in (block, overrides):
+        unknown = set(source) - set(READINESS)
+        if unknown:
+            raise ValueError(f"unknown readiness keys {sorted(unknown)}; known: {', '.join(READINESS)}")
+        merged.update(source)
+    return merged
+
+
+def acs_config(ctrl: int) -> bytes:
+    """A root port's 4096-byte config space: a type-1 header with a PCI Express capability, then the extended
+    capabilities AER (0x100) and ACS (0x148, every feature, ACS Control CTRL), as a root port lists them (PCIe Base
+    Specification 7.6.3 extended capability headers; ACS Extended Capability: cap at +4, control at +6)."""
+    data = bytearray(4096)
+    data[0:4] = int(ROOT_PORT["vendor"], 16).to_bytes(2, "little") + int(ROOT_PORT["device"], 16).to_bytes(2, "little")
+    data[0x06] = 0x10  # status: capabilities list
+    data[0x0A:0x0C] = bytes((0x04, 0x06))  # PCI-to-PCI bridge
+    data[0x0E] = 0x01  # header type 1
+    data[0x34] = 0x40  # capabilities pointer
+    data[0x40:0x44] = bytes((0x10, 0x00, 0x42, 0x00))  # PCI Express capability v2, root port
+    data[0x100:0x104] = (0x0001 | 2 << 16 | 0x148 << 20).to_bytes(4, "little")  # AER v2, next 0x148
+    data[0x148:0x14C] = (0x000D | 1 << 16).to_bytes(4, "little")  # ACS v1, last
+    data[0x14C:0x14E] = (0x007F).to_bytes(2, "little")
+    data[0x14E:0x150] = ctrl.to_bytes(2, "little")
+    return bytes(data)
+
+
+def render_readiness(root: Path, topo: dict, **overrides) -> dict:
+    """Writes the readiness of the box TOPO (the expanded topology) into the guest root ROOT; returns it. Overwrites
+    what an earlier rendering left, so it can run on a running host (set_readiness)."""
+    ready = readiness_of(topo.get("spec_readiness") or {}, overrides)
+    indexes = {g["index"] for g in topo["gpus"]}
+    if not set(ready["acs_redirect"]) <= indexes:
+        raise ValueError(f"acs_redirect {ready['acs_redirect']}: this box's GPUs are {sorted(indexes)}")
+    fake = root / FAKEGPU
+    sysroot = fake / "sysroot"
+    _write(sysroot / "proc/cmdline", ready["cmdline"])
+    groups = sysroot / "sys/kernel/iommu_groups"
+    if groups.exists():
+        shutil.rmtree(groups)
+    devices = sorted({root_port(g["sysfs_bus_id"]) for g in topo["gpus"]} | {g["sysfs_bus_id"] for g in topo["gpus"]})
+    if ready["iommu_group_type"] is not None:
+        for group in range(len(devices)):
+            _write(groups / str(group) / "type", ready["iommu_group_type"])
+    uvm = sysroot / "sys/module/nvidia_uvm/parameters"
+    for name, value in (UVM_PARAMS | {"uvm_disable_hmm": ready["uvm_disable_hmm"]}).items():
+        _write(uvm / name, value)
+    _write(sysroot / "proc/driver/nvidia/params", NVIDIA_PARAMS.read_text(encoding="utf-8"))
+    policy = ready["aspm_policy"]
+    _write(
+        sysroot / "sys/module/pcie_aspm/parameters/policy",
+        " ".join(f"[{p}]" if p == policy else p for p in ASPM_POLICIES),
+    )
+    for gpu in topo["gpus"]:
+        port = root_port(gpu["sysfs_bus_id"])
+        ctrl = ACS_KERNEL if gpu["index"] in ready["acs_redirect"] else 0
+        config = sysroot / "sys/devices" / f"pci{port[:7]}" / port / "config"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_bytes(acs_config(ctrl))
+    _write(sysroot / "proc/sys/kernel/numa_balancing", str(ready["numa_balancing"]))
+    _write(
+        sysroot / "sys/kernel/mm/transparent_hugepage/enabled",
+        " ".join(f"[{m}]" if m == ready["thp"] else m for m in ("always", "madvise", "never")),
+    )
+    ncpus = max(max(cpu_list(n["cpulist"])) for n in topo["numa_nodes"]) + 1
+    for cpu in range(ncpus):
+        _write(sysroot / f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor", ready["governor"])
+    _write(fake / "readiness.json", json.dumps(ready, indent=2))
+    return ready
+
+
+def set_readiness(sandbox: str, host: str, **overrides) -> dict:
+    """Re-renders the readiness of HOST of the running sandbox SANDBOX with OVERRIDES (READINESS keys) over its
+    topology's; no overrides puts back the topology's own. Written into the host's root as this machine sees it
+    (nspawn.up's host record "root": the overlay mount that systemd-nspawn boots), so the guest sees it at once."""
+    from . import nspawn  # noqa: PLC0415 (nspawn imports this module)
+
+    record = next((h for h in nspawn.load_hosts(sandbox) if h["name"] == host), None)
+    if record is None or not nspawn.host_running(record):
+        raise ValueError(f"{host} is not a running host of sandbox {sandbox}")
+    root = Path(record["root"])
+    topo = json.loads((root / FAKEGPU / "topology.json").read_text(encoding="utf-8"))
+    return render_readiness(root, topo, **overrides)
 
 
 # The model directory the sandbox inventory names: no weights (the simulator needs none), but a real
@@ -206,6 +352,7 @@ def render(root: Path, hostname: str, topology: str = DEFAULT_TOPOLOGY) -> dict:
         shutil.rmtree(fake)
     _write(fake / "topology.json", json.dumps(topo, indent=2))
     render_sysfs(topo, fake / "sysroot/sys")
+    render_readiness(root, topo)
     _write(
         fake / "sysroot/proc/driver/nvidia/version",
         f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {topo['driver_version']}",
