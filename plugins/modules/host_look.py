@@ -56,6 +56,20 @@ options:
       nvml_venv:
         description: As M(disagg.sglang.gpu_topology)'s O(disagg.sglang.gpu_topology#module:nvml_venv).
         type: path
+  readiness:
+    description:
+      - Also read the host's readiness settings, as M(disagg.sglang.host_readiness) reads them (the same code), and
+        return them as the fact C(host_readiness), in the same module run.
+      - Not read when left out.
+    type: dict
+    suboptions:
+      root:
+        description: As M(disagg.sglang.host_readiness)'s O(disagg.sglang.host_readiness#module:root).
+        type: path
+        default: /
+      nvidia_smi_path:
+        description: As M(disagg.sglang.host_readiness)'s O(disagg.sglang.host_readiness#module:nvidia_smi_path).
+        type: path
 attributes:
   check_mode:
     details: Reads only, so check mode reads what a real run reads.
@@ -78,13 +92,15 @@ EXAMPLES = r"""
 RETURN = r"""
 extends_documentation_fragment: [disagg.sglang.module.look]
 ansible_facts:
-  description: "C(gpu_topology): the facts M(disagg.sglang.gpu_topology) returns."
-  returned: when O(topology) is given
+  description: >-
+    C(gpu_topology): the facts M(disagg.sglang.gpu_topology) returns, when O(topology) is given; C(host_readiness): the
+    facts M(disagg.sglang.host_readiness) returns, when O(readiness) is given.
+  returned: when O(topology) or O(readiness) is given
   type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.disagg.sglang.plugins.module_utils.host import gpu_topology, host_look
+from ansible_collections.disagg.sglang.plugins.module_utils.host import gpu_topology, host_look, readiness_look
 
 ARGUMENT_SPEC = {
     "paths": {"type": "dict", "default": {}},
@@ -100,6 +116,13 @@ ARGUMENT_SPEC = {
             "nvml_venv": {"type": "path"},
         },
     },
+    "readiness": {
+        "type": "dict",
+        "options": {
+            "root": {"type": "path", "default": "/"},
+            "nvidia_smi_path": {"type": "path"},
+        },
+    },
 }
 MODULE_OPTIONS = {"supports_check_mode": True}
 
@@ -109,11 +132,17 @@ def main():
     p = module.params
     paths = {str(k): str(v) for k, v in p["paths"].items()}
     found = host_look.look(paths, p["record_dir"], p["listeners"], p["bind"], p["exists"])
-    if p["topology"] is not None:
-        facts, error = gpu_topology.read_for(module, p["topology"])
-        if error:
-            module.fail_json(msg=error, **found)
-        found["ansible_facts"] = {"gpu_topology": facts}
+    facts = {}
+    for option, fact, read_for in (
+        ("topology", "gpu_topology", gpu_topology.read_for),
+        ("readiness", "host_readiness", readiness_look.read_for),
+    ):
+        if p[option] is not None:
+            facts[fact], error = read_for(module, p[option])
+            if error:
+                module.fail_json(msg=error, **found)
+    if facts:
+        found["ansible_facts"] = facts
     module.exit_json(changed=False, **found)
 
 
