@@ -51,7 +51,7 @@ attributes:
     support: full
     description: Returns the readings under RV(ansible_facts.host_readiness).
 notes:
-  - Run it as root: the ACS Control register lies in the extended config space, which the kernel shows only to root.
+  - Run it as root. The ACS Control register lies in the extended config space, which the kernel shows only to root.
 requirements:
   - An NVIDIA driver with C(nvidia-smi) for the per-GPU readings; the rest needs none.
 """
