@@ -4,7 +4,12 @@ judged by the hub server's own byte count."""
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import threading
+import time
+import urllib.error
+import urllib.request
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
@@ -14,11 +19,24 @@ from ansible_collections.disagg.sglang.plugins.module_utils.model import staging
 from ansible_collections.disagg.sglang.plugins.modules import model_check
 from ansible_collections.disagg.sglang.plugins.modules import model_stage as module
 
-from tests.http_client import http
+from tests.http_client import free_port, http
 from tests.sandbox.hubsim import Hub, generate, start
 
 REPO = "hubsim/tiny-llama"
+COLLECTIONS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".collections")
 TOKEN = "hf_secret_token_for_the_stage_test"
+
+
+def http_status(url):
+    """The status of a GET, the body read; None when nothing answers."""
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=5) as resp:
+            resp.read()
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return None
 
 
 def stats(url):
@@ -183,7 +201,7 @@ def test_check_mode_says_what_it_would_fetch_and_fetches_nothing(hub, capsys, tm
     assert rc == 0 and result["changed"] is True
     assert sorted(result["fetched"]) == sorted(old.files) and result["bytes_fetched"] == old.total_bytes
     assert stats(server.url)["file_bytes"] == 0
-    assert list(tmp_path.iterdir()) == [] or [p.name for p in tmp_path.iterdir()] == [".hf-home"]
+    assert list(tmp_path.iterdir()) == []  # not even the models dir, nor the client's HF_HOME
     diff = result["diff"]
     assert diff["before"] == "" and diff["after"].count("\n") == len(old.files)
     assert TOKEN not in raw
@@ -322,3 +340,46 @@ def test_a_file_system_without_room_for_the_revision_is_named_with_the_fix(capsy
     assert rc == 0 and result["free_bytes"] > 0
     assert "needs 1152921504606846976 more" in result["problems"][0] and "sglang_models_dir" in result["problems"][0]
     assert run_check(capsys, models_dir=str(tmp_path), need_bytes=1)[1]["problems"] == []
+
+
+def test_a_holder_serves_its_staged_revision_to_a_peer_which_resumes_and_the_hub_serves_one_copy(hub, capsys, tmp_path):
+    """model_serve on the first host (as the role runs it: its own process, until idle); the second stages from its
+    URL, taking the manifest from the holder's stamp, resuming a cut copy with a Range; nothing outside the manifest
+    is served; the holder's record is the bytes from a peer, the hub's one copy."""
+    hub, server, (old, _new) = hub
+    rc, first, _raw = stage(capsys, server, old, tmp_path / "host1")
+    port = free_port()
+    args = tmp_path / "serve.json"
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"path": first["path"], "address": "127.0.0.1", "port": port,
+                                                        "idle": 3, "deadline": 60}}))  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(COLLECTIONS)}
+    serving = subprocess.Popen(
+        [sys.executable, "-m", "ansible_collections.disagg.sglang.plugins.modules.model_serve", str(args)],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while http_status(f"http://127.0.0.1:{port}/config.json") != 200:
+            assert time.monotonic() < deadline and serving.poll() is None, "model_serve did not listen"
+            time.sleep(0.1)
+        for outside in ("/../../etc/passwd", "/.cache/x", "/", "/nothing.json"):
+            assert http_status(f"http://127.0.0.1:{port}{outside}") == 404
+        shard = "model-00002-of-00003.safetensors"
+        temp = tmp_path / "host2" / f".staging-tiny-llama-{old.commit}"
+        temp.mkdir(parents=True)
+        (temp / (shard + ".incomplete")).write_bytes(old.files[shard][:400_000])
+        source = {"mirror": f"http://127.0.0.1:{port}", "revision": old.commit, "name": "tiny-llama"}
+        rc, second, _raw = run(capsys, source=source, models_dir=str(tmp_path / "host2"))
+        out, _err = serving.communicate(timeout=30)
+    finally:
+        if serving.poll() is None:
+            serving.kill()
+    assert rc == 0, second
+    assert files_of(second["path"]) == old.files and second["manifest"] == first["manifest"]
+    served = json.loads(out)
+    assert served["reason"] == "idle"
+    stamp_bytes = len((tmp_path / "host1" / f"tiny-llama-{old.commit}" / staging.STAMP).read_bytes())
+    assert served["served"]["127.0.0.1"]["bytes"] == old.total_bytes - 400_000 + stamp_bytes + len(
+        old.files["config.json"]
+    )
+    assert stats(server.url)["file_bytes"] == old.total_bytes
