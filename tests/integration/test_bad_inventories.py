@@ -38,6 +38,8 @@ import pytest
 import yaml
 from sandbox_hosts import GROUPS, VENV_BIN, down, run, ssh_config, up, write_inventory
 
+from tests.sandbox import fakegpu
+
 # The sandbox's name (DISAGG_BADINV_SANDBOX, to run beside another checkout's run); the rows name the host
 # pytest-badinv-1, which stands for the host of this run in their messages.
 SANDBOX = os.environ.get("DISAGG_BADINV_SANDBOX", "pytest-badinv")
@@ -240,7 +242,7 @@ def deployment(tmp_path_factory):
     print(f"first converge: {first.seconds:.1f} s")
     baseline = host.fingerprint()
     assert_serving_units(baseline)
-    yield {"host": host, "table": table, "baseline": baseline, "started": started}
+    yield {"host": host, "table": table, "baseline": baseline, "started": started, "first": first.stdout}
     down(SANDBOX)
 
 
@@ -332,3 +334,97 @@ def test_deployment_still_serves_after_the_table(deployment, table, capsys):
         assert after == deployment["baseline"], (
             f"the host differs from the first converge:\n{diff(deployment['baseline'], after)}"
         )
+
+
+# --------------------------------------------------------------------------------------------------
+# host readiness: a clean host passes; the opt-in apply changes only what it lists, once (issue 41)
+# --------------------------------------------------------------------------------------------------
+
+SETTINGS = r"""
+root=/opt/fakegpu/sysroot
+echo "numa_balancing=$(cat $root/proc/sys/kernel/numa_balancing)"
+echo "governors=$(cat $root/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor | sort | uniq -c | xargs)"
+echo "thp=$(cat $root/sys/kernel/mm/transparent_hugepage/enabled)"
+unit=nvidia-persistenced.service
+echo "persistenced=$(systemctl is-enabled $unit || true)/$(systemctl is-active $unit || true)"
+echo "persistence_mode=$(nvidia-smi -q | awk -F': ' '/Persistence Mode/ {print $2}' | sort | uniq -c | xargs)"
+for f in /etc/sysctl.d/90-disagg-sglang-numa-balancing.conf /etc/tmpfiles.d/disagg-sglang-governor.conf; do
+  echo "$f=$(test -f $f && sha256sum < $f | cut -c1-12 || echo absent)"
+done
+"""
+APPLY = {"sglang_host_apply": ["numa_balancing", "governor", "persistence"]}
+
+
+def recap_changed(output: str) -> int:
+    found = re.search(rf"^{re.escape(HOST)}\s+:.*\bchanged=(\d+)", output, re.MULTILINE)
+    assert found, output[-3000:]
+    return int(found.group(1))
+
+
+def changed_tasks(output: str) -> list[str]:
+    """The names of the tasks that reported changed on the host (TASK [...] followed by a changed: line)."""
+    names, current = [], None
+    for line in output.splitlines():
+        task = re.match(r"^TASK \[(.*?)\]", line)
+        if task:
+            current = task.group(1)
+        elif current and re.match(rf"^changed: \[{re.escape(HOST)}", line) and current not in names:
+            names.append(current)
+    return names
+
+
+def test_a_clean_host_passes_the_readiness_rules(deployment):
+    """The first converge read the sandbox's clean readiness (tests/sandbox/fakegpu.py READINESS) and found nothing."""
+    first = collapse(deployment["first"])
+    assert "host readiness not read" not in first
+    for row in ("the IOMMU translates DMA", "PCIe ACS redirects", "persistence mode off", "automatic NUMA balancing"):
+        assert row not in first, row
+
+
+def test_host_apply_changes_only_what_it_lists_once_and_check_mode_changes_nothing(deployment, table, capsys):
+    host, inventory = deployment["host"], table.inventory
+    fakegpu.set_readiness(SANDBOX, HOST, numa_balancing=1, governor="powersave", persistence="Disabled")
+    try:
+        dirty = host.sh(SETTINGS)
+        units = host.fingerprint()
+        base = [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), "site.yml", "-e", json.dumps(APPLY)]
+
+        check = run([*base, "--check", "--diff"], timeout=600)
+        flat = collapse(check.stdout)
+        assert f"-{fakegpu.SYSFS_ROOT}/proc/sys/kernel/numa_balancing: 1" in check.stdout
+        assert f"+{fakegpu.SYSFS_ROOT}/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor: performance" in (
+            check.stdout
+        )
+        assert "+kernel.numa_balancing = 0" in check.stdout  # the boot-time file's diff
+        assert "automatic NUMA balancing on: kernel.numa_balancing = 1: this run sets it (sglang_host_apply: " in flat
+        assert host.sh(SETTINGS) == dirty, "check mode changed a host setting"
+
+        applied = run(base, timeout=600)
+        after = host.sh(SETTINGS)
+        done = changed_tasks(applied.stdout)
+        role = "disagg.sglang.sglang_worker : "
+        assert done == [
+            role + "Set the kernel settings sglang_host_apply lists, now (kernel.numa_balancing, the CPU governor)",
+            role + "Write the files that set them again at boot (/etc/sysctl.d, /etc/tmpfiles.d)",
+            role + "Enable and start the units sglang_host_apply lists (the NVIDIA persistence daemon)",
+        ], done
+        assert "numa_balancing=0" in after and "governors=64 performance" in after
+        assert "persistenced=enabled/active" in after and "persistence_mode=8 Enabled" in after
+        assert "absent" not in after
+        thp = [line for line in after.splitlines() if line.startswith("thp=")]
+        assert thp == [line for line in dirty.splitlines() if line.startswith("thp=")]  # not listed: untouched
+        assert host.fingerprint() == units, "a worker or router unit changed"
+
+        rerun = run(base, timeout=600)
+        assert (recap_changed(rerun.stdout), host.sh(SETTINGS)) == (0, after)
+        assert "this run sets it" not in collapse(rerun.stdout)  # the preflight reads it applied
+        with capsys.disabled():
+            print(f"\n[host-apply] before: {' | '.join(dirty.split())}\n[host-apply] after: "
+                  f"{' | '.join(after.split())}\n[host-apply] changed tasks: {len(done)}; rerun changed="
+                  f"{recap_changed(rerun.stdout)}")  # fmt: skip
+    finally:
+        host.sh(
+            "systemctl disable --now nvidia-persistenced.service; rm -f "
+            "/etc/sysctl.d/90-disagg-sglang-numa-balancing.conf /etc/tmpfiles.d/disagg-sglang-governor.conf"
+        )
+        fakegpu.set_readiness(SANDBOX, HOST)

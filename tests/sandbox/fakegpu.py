@@ -248,14 +248,15 @@ def acs_config(ctrl: int) -> bytes:
     return bytes(data)
 
 
-def render_readiness(root: Path, topo: dict, **overrides) -> dict:
-    """Writes the readiness of the box TOPO (the expanded topology) into the guest root ROOT; returns it. Overwrites
-    what an earlier rendering left, so it can run on a running host (set_readiness)."""
+def render_readiness(root: Path, topo: dict, *, fake: Path | None = None, **overrides) -> dict:
+    """Writes the readiness of the box TOPO (the expanded topology) into the guest root ROOT (its FAKE dir, by default
+    ROOT/opt/fakegpu: FAKE/sysroot and FAKE/readiness.json); returns it. Overwrites what an earlier rendering left, so
+    it can run on a running host (set_readiness)."""
     ready = readiness_of(topo.get("spec_readiness") or {}, overrides)
     indexes = {g["index"] for g in topo["gpus"]}
     if not set(ready["acs_redirect"]) <= indexes:
         raise ValueError(f"acs_redirect {ready['acs_redirect']}: this box's GPUs are {sorted(indexes)}")
-    fake = root / FAKEGPU
+    fake = fake or root / FAKEGPU
     sysroot = fake / "sysroot"
     _write(sysroot / "proc/cmdline", ready["cmdline"])
     groups = sysroot / "sys/kernel/iommu_groups"
@@ -290,6 +291,34 @@ def render_readiness(root: Path, topo: dict, **overrides) -> dict:
         _write(sysroot / f"sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor", ready["governor"])
     _write(fake / "readiness.json", json.dumps(ready, indent=2))
     return ready
+
+
+# Whole host roots with one blocking setting each, beside the clean one, so a test points sglang_topology_sysfs_root at
+# one (/opt/fakegpu/variants/NAME/sysroot) and the preflight reads that host, without changing the running host:
+# every GPU's root port redirecting peer-to-peer (ACS as drivers/pci/pci.c pci_std_enable_acs sets it), and the IOMMU
+# translating DMA (intel_iommu=on iommu.passthrough=0, every group of type DMA).
+VARIANTS = {
+    "acs-redirect": lambda topo: {"acs_redirect": sorted(g["index"] for g in topo["gpus"])},
+    "iommu-translated": lambda topo: {
+        "cmdline": READINESS["cmdline"].replace("iommu=pt", "intel_iommu=on iommu.passthrough=0"),
+        "iommu_group_type": "DMA",
+    },
+}
+
+
+def render_variants(root: Path, topo: dict) -> list[str]:
+    """Copies the rendered sysroot once per VARIANTS row to ROOT/opt/fakegpu/variants/NAME/sysroot and renders the
+    row's readiness there (the sysfs links are relative, so the copy is a whole tree); none for a box without GPUs."""
+    if not topo["gpus"]:
+        return []
+    fake = root / FAKEGPU
+    for name, overrides in VARIANTS.items():
+        target = fake / "variants" / name
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(fake / "sysroot", target / "sysroot", symlinks=True)
+        render_readiness(root, topo, fake=target, **overrides(topo))
+    return sorted(VARIANTS)
 
 
 def set_readiness(sandbox: str, host: str, **overrides) -> dict:
@@ -344,6 +373,22 @@ def render_model(model: Path) -> None:
     _write(model / "config.json", json.dumps({"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4"}))
 
 
+# The NVIDIA persistence daemon's unit, as the driver's nvidia-persistenced package installs one (not enabled), running
+# the stand-in tests/sandbox/guest/nvidia-persistenced; while it runs the fake nvidia-smi reports Persistence Mode
+# Enabled, as the real daemon keeps every GPU initialised (NVIDIA's nvidia-persistenced documentation).
+PERSISTENCED_UNIT = f"""[Unit]
+Description=NVIDIA Persistence Daemon (sandbox stand-in: tests/sandbox/guest/nvidia-persistenced)
+
+[Service]
+Type=simple
+ExecStart=/{FAKEGPU}/bin/nvidia-persistenced
+ExecStopPost=/bin/rm -f /run/nvidia-persistenced/nvidia-persistenced.pid
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
 def render(root: Path, hostname: str, topology: str = DEFAULT_TOPOLOGY) -> dict:
     """Writes the fake GPU box into a guest root (an overlay upper dir); returns the expanded topology."""
     topo = expand(load_spec(topology), hostname)
@@ -357,9 +402,16 @@ def render(root: Path, hostname: str, topology: str = DEFAULT_TOPOLOGY) -> dict:
         fake / "sysroot/proc/driver/nvidia/version",
         f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {topo['driver_version']}",
     )
-    for src, dest in ((GUEST / "numactl", fake / "bin/numactl"), (GUEST / "nvidia-smi", root / NVIDIA_SMI.lstrip("/"))):
+    for src, dest in (
+        (GUEST / "numactl", fake / "bin/numactl"),
+        (GUEST / "nvidia-smi", root / NVIDIA_SMI.lstrip("/")),
+        (GUEST / "nvidia-persistenced", fake / "bin/nvidia-persistenced"),
+    ):
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest)
         dest.chmod(0o755)
+    # installed, not enabled: the driver's package ships the unit; sglang_host_apply: [persistence] enables it
+    _write(root / "etc/systemd/system/nvidia-persistenced.service", PERSISTENCED_UNIT)
+    render_variants(root, topo)
     render_model(root / MODEL_DIR)
     return topo

@@ -72,8 +72,8 @@ TABLE = [
     ("iommu off", changed(cmdline=readiness.kernel_cmdline("intel_iommu=off pcie_aspm=off")), []),
     ("ACS redirect on decode GPU 4's root port",
      changed(**{f"acs|{PORTS[4]}": dict(ACS_OFF, ReqRedir=True, CmpltRedir=True)}),
-     [("acs", "p2p", f"bridge {PORTS[4]} ACSCtl CmpltRedir+ ReqRedir+, on the path of prefill->decode GPU pair(s) "
-                     "0->4, 1->4, 2->4, 3->4")]),
+     [("acs", "p2p", f"1 bridge(s) on the prefill->decode paths: {PORTS[4]} (ReqRedir+CmpltRedir, above GPU 4); 4 "
+                     "pair(s) without a direct peer-to-peer lane")]),
     ("ACS source validation alone does not redirect", changed(**{f"acs|{PORTS[4]}": dict(ACS_OFF, SrcValid=True)}),
      []),
     ("ACS redirect on a bridge no GPU sits behind", changed(**{"acs|0000:00:1c.0": dict(ACS_OFF, ReqRedir=True)}), []),
@@ -121,7 +121,7 @@ def test_acs_between_gpus_behind_one_switch_looks_only_below_the_switch():
     r["acs"][dp1] = dict(ACS_OFF, CmpltRedir=True)
     found = rr.findings(r, specs, TOPOLOGY)
     assert [(f["id"], f["pairs"]) for f in found] == [("acs", ["0->1"])]
-    assert dp1 in found[0]["subject"]
+    assert f"{dp1} (CmpltRedir, above GPU 1)" in found[0]["subject"]
 
 
 def test_the_kv_lane_rules_look_only_where_a_host_holds_prefill_and_decode():
@@ -156,7 +156,8 @@ def test_a_message_names_the_setting_what_it_costs_the_fix_the_reboot_and_the_va
     r = changed(**{f"acs|{PORTS[6]}": dict(ACS_OFF, ReqRedir=True)}, numa_balancing=1)
     warnings, problems, _kept = rr.judge("gpu-a", r, SPECS, TOPOLOGY, policies={})
     (acs,) = problems
-    assert acs.startswith("gpu-a: PCIe ACS redirects peer-to-peer requests: bridge 0000:bc:01.0 ACSCtl")
+    assert acs.startswith("gpu-a: PCIe ACS redirects peer-to-peer requests: 1 bridge(s) on the prefill->decode "
+                          "paths: 0000:bc:01.0 (ReqRedir, above GPU 6)")  # fmt: skip
     assert "Costs: ACS request/completion redirect sends every peer-to-peer request up to the root complex" in acs
     assert "setpci -s <bridge> ECAP_ACS+0x6.w=0000" in acs
     assert "(needs a reboot: the run never applies it)" in acs

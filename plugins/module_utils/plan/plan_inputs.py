@@ -172,7 +172,7 @@ def venv_paths(v):
 def host_look(v, roles, venv_paths, read_topology):
     """The options of host_look for this host: the absolute paths the units rely on (the model directory only where
     workers run), the unit records, the bind address where workers bind, this run's engine python, and the topology
-    where READ_TOPOLOGY (a worker host in site.yml's preflight)."""
+    and the host readiness where READ_TOPOLOGY (a worker host in site.yml's preflight)."""
     engine = venv_paths.get("engine")
     bind = v.get("sglang_bind_host")
     paths = {
@@ -191,6 +191,12 @@ def host_look(v, roles, venv_paths, read_topology):
         "bind": [bind] if roles and isinstance(bind, str) else [],
         "exists": [f"{engine}/bin/python"] if engine is not None else [],
         "topology": topology if read_topology and roles else None,
+        # the host's readiness (IOMMU, ACS, BAR1, module options, ...), read with the topology, under the same root
+        "readiness": (
+            {"root": topology["sysfs_root"], "nvidia_smi_path": topology["nvidia_smi_path"]}
+            if read_topology and roles
+            else None
+        ),
     }
 
 

@@ -57,7 +57,7 @@ RULES = {
             "troubleshooting: PCI Access Control Services)"
         ),
         "remedy": (
-            "disable ACS on that bridge: the BIOS setting (PCIe ACS / ACS Control: Disabled), or "
+            "disable ACS on each bridge named: the BIOS setting (PCIe ACS / ACS Control: Disabled), or "
             "`setpci -s <bridge> ECAP_ACS+0x6.w=0000` from a oneshot unit at every boot before the workers start"
         ),
         "reboot": True,
@@ -147,30 +147,36 @@ def check_iommu(r, ctx):
 
 
 def check_acs(r, ctx):
-    """One finding per redirecting bridge on the path of a prefill -> decode pair: the bridges of both GPUs below
-    their lowest common bridge (with a switch, its downstream ports; without, every port up to the root)."""
+    """One finding for the redirecting bridges on the paths of the prefill -> decode pairs: the bridges of both GPUs
+    below their lowest common bridge (with a switch, its downstream ports; without, every port up to the root). Its
+    pairs: every pair whose path crosses one."""
     gpus = r.get("gpus") or {}
     acs = r.get("acs") or {}
     bus = ctx["bus"]
-    found = {}
+    above, pairs = {}, []
     for p, d in ctx["pairs"]:
-        up_p = (gpus.get(bus.get(p)) or {}).get("bridges") or []
-        up_d = (gpus.get(bus.get(d)) or {}).get("bridges") or []
+        up = {g: (gpus.get(bus.get(g)) or {}).get("bridges") or [] for g in (p, d)}
         common = 0
-        while common < min(len(up_p), len(up_d)) and up_p[common] == up_d[common]:
+        while common < min(len(up[p]), len(up[d])) and up[p][common] == up[d][common]:
             common += 1
-        for bridge in up_p[common:] + up_d[common:]:
-            ctl = acs.get(bridge) or {}
-            if ctl.get("ReqRedir") or ctl.get("CmpltRedir"):
-                found.setdefault(bridge, []).append(f"{p}->{d}")
-    out = []
-    for bridge, pairs in sorted(found.items()):
-        flags = " ".join(
-            f"{k}{'+' if v else '-'}" for k, v in sorted(acs[bridge].items()) if k in ("ReqRedir", "CmpltRedir")
-        )
-        out.append({"subject": f"bridge {bridge} ACSCtl {flags}, on the path of prefill->decode GPU pair(s) "
-                               f"{', '.join(pairs)}", "pairs": pairs})  # fmt: skip
-    return out
+        hit = False
+        for gpu in (p, d):
+            for bridge in up[gpu][common:]:
+                ctl = acs.get(bridge) or {}
+                if ctl.get("ReqRedir") or ctl.get("CmpltRedir"):
+                    above.setdefault(bridge, set()).add(gpu)
+                    hit = True
+        if hit:
+            pairs.append(f"{p}->{d}")
+    if not above:
+        return []
+    listed = ", ".join(
+        f"{bridge} ({'+'.join(k for k in ('ReqRedir', 'CmpltRedir') if acs[bridge].get(k))}, above GPU "
+        f"{','.join(str(g) for g in sorted(gpus_above))})"
+        for bridge, gpus_above in sorted(above.items())
+    )
+    return [{"subject": f"{len(above)} bridge(s) on the prefill->decode paths: {listed}; {len(pairs)} pair(s) "
+                        "without a direct peer-to-peer lane", "pairs": pairs}]  # fmt: skip
 
 
 def check_bar1(r, ctx):
