@@ -11,7 +11,7 @@ import pytest
 import topology_fakes as tf
 import yaml
 from ansible.module_utils import testing
-from ansible_collections.disagg.sglang.plugins.module_utils.host import gpu_topology
+from ansible_collections.disagg.sglang.plugins.module_utils.host import gpu_topology, readiness_look
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, plan_inputs
 from ansible_collections.disagg.sglang.plugins.modules import gpu_topology as module
 from ansible_collections.disagg.sglang.plugins.modules import host_look as look_module
@@ -179,6 +179,7 @@ def plan_through_ansible(tmp_path, smi, sysfs_root, named=True, **changed):
     status, result = adhoc_module(tmp_path, "host_plan", variables, v, groups=("prefill", "decode"), args=args,
                                   keep=keep)  # fmt: skip
     facts = read_topology(sysfs_root, smi) if "plan" in result else None  # what the look read, read here again
+    ready = readiness_look.look(sysfs_root, run=run_smi, nvidia_smi=smi) if "plan" in result else None
     r = Resolved(variables, v)
     roles = plan_inputs.worker_roles(r, ["prefill", "decode"])
     found = plan_inputs.profile_file(r.get("sglang_profile"), "", str(REPO / "profiles"))
@@ -189,9 +190,14 @@ def plan_through_ansible(tmp_path, smi, sysfs_root, named=True, **changed):
     context = {"host": HOST, "group_names": ["prefill", "decode"], "colocated": colocated, "topology": None}
     inputs = plan_inputs.host_plan(r, context, variables["sglang_deps_venv_paths"], profile)
     assert roles == inputs["roles"]
-    expect = plan.host_plan({**inputs, "topology": facts, "host_paths": result.get("paths"),
+    expect = plan.host_plan({**inputs, "topology": facts, "readiness": ready, "host_paths": result.get("paths"),
                              "listeners": result.get("listeners"), "deployed": result.get("records")})  # fmt: skip
     return expect, status, result
+
+
+def run_smi(argv):
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env={**os.environ, "LC_ALL": "C"})
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 def read_topology(sysfs_root, smi):
