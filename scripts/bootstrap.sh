@@ -5,7 +5,11 @@
 #   - the project venv .venv (python3.12 + ansible-core 2.21 where 3.12 exists, else 3.11 + 2.19);
 #   - the oldest supported ansible-core's venv .venv-oldest (python3.11 + ansible-core 2.19, the Debian 12 case, with
 #     the same tools), where scripts/test.sh runs the unit tests and a converge again (meta/runtime.yml's lower end);
-#   - the collection link .collections/ansible_collections/disagg/sglang -> repo root.
+#   - the collection link .collections/ansible_collections/disagg/sglang -> repo root;
+#   - community.general (galaxy.yml dependencies; issue 39's drain and enable go through community.general.haproxy)
+#     into .collections, for both venvs: CI reaches the package index but not Ansible Galaxy, so it comes out of the
+#     `ansible` community package's wheel (downloaded alone, never installed: the venvs keep their pinned
+#     ansible-core), only its ansible_collections/community/general (and the one collection that one depends on).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -75,3 +79,34 @@ fi
 
 mkdir -p .collections/ansible_collections/disagg
 ln -sfn "$root" .collections/ansible_collections/disagg/sglang
+
+# community.general from the `ansible` community package of the index: ansible 14.5.0 ships community.general
+# 13.5.0 (requires_ansible >=2.18.0, so both venvs' ansible-core 2.21 and 2.19 run it) and its dependency
+# community.library_inventory_filtering_v1. Only the wheel is downloaded (--no-deps; the Python version given, so a
+# 3.11 venv fetches it too); its collections are copied out, pip installs nothing. galaxy.yml's range must hold it.
+community_pkg=ansible==14.5.0
+community_general=13.5.0
+cg=.collections/ansible_collections/community/general
+if ! grep -qs "\"version\": \"$community_general\"" "$cg/MANIFEST.json"; then
+  echo "bootstrap: community.general $community_general from the $community_pkg wheel into .collections"
+  mkdir -p .cache/community-wheel
+  .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    --python-version 3.12 -d .cache/community-wheel "$community_pkg" 2>&1 \
+    | grep -v 'is ignored: it is neither a file nor a directory' || true
+  .venv/bin/python - .cache/community-wheel/"${community_pkg/==/-}"-py3-none-any.whl "$community_general" <<'PY'
+import json, shutil, sys, zipfile
+from pathlib import Path
+
+wheel, want = sys.argv[1], sys.argv[2]
+dest = Path(".collections")
+prefixes = ("ansible_collections/community/general/", "ansible_collections/community/library_inventory_filtering_v1/")
+with zipfile.ZipFile(wheel) as z:
+    got = json.loads(z.read(prefixes[0] + "MANIFEST.json"))["collection_info"]["version"]
+    if got != want:
+        sys.exit(f"bootstrap: {wheel} holds community.general {got}, not {want}")
+    for prefix in prefixes:
+        shutil.rmtree(dest / prefix, ignore_errors=True)
+    z.extractall(dest, [n for n in z.namelist() if n.startswith(prefixes)])
+PY
+  rm -rf .cache/community-wheel
+fi

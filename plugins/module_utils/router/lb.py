@@ -1,0 +1,180 @@
+# Copyright: disagg.sglang contributors
+# SPDX-License-Identifier: Apache-2.0
+"""The load balancer in front of several routers (issue 39): HAProxy's configuration as a plan, from the router
+instances, rendered as is by roles/sglang_router/templates/haproxy.cfg.j2 (nothing is decided in the template).
+
+One frontend on the public address, one backend with a server per router, each checked at its readiness route:
+- SMG 1.13 serves /liveness, /readiness and /health on its main port and, with --health-check-port, also on a
+  dedicated probe listener that the request runtime cannot starve; /readiness answers 503 ("draining") from the
+  moment its graceful shutdown begins (SIGTERM) while it keeps serving for its grace period
+  (smg-project/smg model_gateway/src/health.rs, ProbeState::readiness_response). Where a health port is set, the check
+  goes there.
+- sglang-router 0.3.2 serves /liveness, /readiness and /health on its router port only (no health port flag: see
+  /work/shared/reference/sglang-router-0.3.2-launch_router-help.txt and the routes in its sglang_router_rs binary);
+  /readiness answers 503 while it lacks a healthy prefill and decode, as the single-router wait already uses
+  (units/units.py router_unit health_url).
+
+Detection: HAProxy marks a server down after FALL consecutive failed checks spaced INTER apart, so a router killed
+just after a good check is out after FALL x INTER (connection refused at once); a router that hangs adds the check's
+own timeout to the last check: FALL x INTER + TIMEOUT_CHECK. With 500 ms, 3 and 500 ms: 1.5 s refused, 2.0 s hung.
+It is back after RISE good checks: 2 x 500 ms = 1 s after it is ready.
+
+The runtime socket (`stats socket ... level admin`) is what community.general.haproxy drains and enables servers
+through; the stats frontend serves HAProxy's built-in Prometheus exporter (Debian 12's haproxy 2.6.12 is built with
+it: `haproxy -vv` says "Built with the Prometheus exporter as a service").
+"""
+
+IMPLS = ("sglang_router", "smg")
+# The readiness route of each router program; the port is the health port where one is set (SMG only).
+HEALTH_PATH = {"sglang_router": "/readiness", "smg": "/readiness"}
+HEALTH_PORT_FLAG = {"sglang_router": None, "smg": "--health-check-port"}
+
+DEFAULTS = {
+    "inter_ms": 500,
+    "fall": 3,
+    "rise": 2,
+    "timeout_check_ms": 500,
+    "timeout_connect_ms": 1000,
+    # A generation holds its connection for minutes (streamed or not): the client and server timeouts bound a stuck
+    # request, not a slow one.
+    "timeout_client_s": 3600,
+    "timeout_server_s": 3600,
+    "socket": "/run/haproxy/admin.sock",
+    "backend": "sglang_routers",
+    "frontend": "sglang_public",
+    "stats_path": "/metrics",
+}
+
+
+def detection_ms(inter_ms, fall, timeout_check_ms):
+    """(refused, hung): how long after its last good check a dead router is still in the backend."""
+    return fall * inter_ms, fall * inter_ms + timeout_check_ms
+
+
+def problems(routers, listen):
+    """Messages for router instances and a public listener the load balancer cannot front, each saying what to
+    change. routers: [{name, host, port, health_port or None, impl}]; listen: {host, port, stats_host, stats_port}."""
+    out = []
+    if not routers:
+        return ["the load balancer needs at least one router instance (sglang_router_instances)"]
+    names = {}
+    addresses = {}
+    lb_ports = {listen.get("port"): "public port", listen.get("stats_port"): "metrics port"}
+    for router in routers:
+        name = router.get("name")
+        impl = router.get("impl")
+        where = f"router {name} on {router.get('host')}"
+        if name in names:
+            out.append(f"two router instances are named {name}: give each its own name")
+        names[name] = router
+        if impl not in IMPLS:
+            out.append(f"{where}: impl {impl!r} is none of {', '.join(IMPLS)}")
+            continue
+        if router.get("health_port") is not None and HEALTH_PORT_FLAG[impl] is None:
+            out.append(f"{where}: {impl} has no health port (only smg's {HEALTH_PORT_FLAG['smg']}): drop health_port")
+        for key in ("port", "health_port"):
+            port = router.get(key)
+            if port is None:
+                continue
+            address = (router.get("host"), port)
+            if address in addresses:
+                out.append(f"{where}: {key} {port} is taken by {addresses[address]} on the same host")
+            addresses[address] = f"router {name}'s {key}"
+            # HAProxy runs on every router host and binds its ports there.
+            if port in lb_ports:
+                out.append(f"{where}: {key} {port} is the load balancer's {lb_ports[port]}: give the router another")
+    return out
+
+
+def server(router, settings):
+    """The backend's server line of one router, checked at its readiness route on its health port where it has
+    one."""
+    check_port = router.get("health_port")
+    words = [f"server {router['name']} {router['host']}:{router['port']}", "check"]
+    if check_port is not None:
+        words.append(f"port {check_port}")
+    words += [f"inter {settings['inter_ms']}", f"fall {settings['fall']}", f"rise {settings['rise']}"]
+    return {
+        "name": router["name"],
+        "address": f"{router['host']}:{router['port']}",
+        "check_port": router["port"] if check_port is None else check_port,
+        "check_path": HEALTH_PATH[router["impl"]],
+        "line": " ".join(words),
+    }
+
+
+def haproxy_spec(routers, listen, **overrides):
+    """The HAProxy configuration for the router instances: {sections: [{header, lines}], servers, backend,
+    frontend, socket, metrics_url, detection_ms: {refused, hung}}. Call problems() first: this assumes them none.
+
+    listen: {host, port, stats_host, stats_port}; overrides: any key of DEFAULTS (inter_ms, fall, rise, ...).
+    Every router of a backend has one readiness route (HEALTH_PATH is the same for both programs), so the backend
+    carries one http-check and the servers differ only in address and check port."""
+    unknown = set(overrides) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown settings: {', '.join(sorted(unknown))}")
+    s = {**DEFAULTS, **overrides}
+    servers = [server(router, s) for router in routers]
+    paths = sorted({srv["check_path"] for srv in servers})
+    if len(paths) != 1:
+        raise ValueError(f"routers of one backend answer readiness at different paths: {paths}")
+    refused, hung = detection_ms(s["inter_ms"], s["fall"], s["timeout_check_ms"])
+    sections = [
+        {
+            "header": "global",
+            "lines": [
+                # community.general.haproxy drains and enables servers through this socket (level admin).
+                f"stats socket {s['socket']} mode 660 level admin expose-fd listeners",
+                "stats timeout 30s",
+                "log /dev/log local0",
+            ],
+        },
+        {
+            "header": "defaults",
+            "lines": [
+                "mode http",
+                "log global",
+                "option httplog",
+                "option dontlognull",
+                f"timeout connect {s['timeout_connect_ms']}ms",
+                f"timeout client {s['timeout_client_s']}s",
+                f"timeout server {s['timeout_server_s']}s",
+                f"timeout check {s['timeout_check_ms']}ms",
+                # A request whose connection a dead router refused never reached it: send it to another router.
+                "retries 2",
+                "option redispatch 1",
+                "retry-on conn-failure",
+            ],
+        },
+        {
+            "header": f"frontend {s['frontend']}",
+            "lines": [f"bind {listen['host']}:{listen['port']}", f"default_backend {s['backend']}"],
+        },
+        {
+            "header": f"backend {s['backend']}",
+            "lines": [
+                # Generations are long and uneven: the router with the fewest open requests takes the next one.
+                "balance leastconn",
+                "option httpchk",
+                f"http-check send meth GET uri {paths[0]}",
+                "http-check expect status 200",
+                *[srv["line"] for srv in servers],
+            ],
+        },
+        {
+            "header": "frontend stats",
+            "lines": [
+                f"bind {listen['stats_host']}:{listen['stats_port']}",
+                f"http-request use-service prometheus-exporter if {{ path {s['stats_path']} }}",
+            ],
+        },
+    ]
+    return {
+        "sections": sections,
+        "servers": servers,
+        "backend": s["backend"],
+        "frontend": s["frontend"],
+        "socket": s["socket"],
+        "metrics_url": f"http://{listen['stats_host']}:{listen['stats_port']}{s['stats_path']}",
+        "detection_ms": {"refused": refused, "hung": hung},
+    }
