@@ -29,6 +29,12 @@ def settings_problems(inputs):
     s = inputs["settings"]
     variables = inputs.get("variables") or {}
     problems = rules.model_path_problems(s.get("model_path"))
+    if variables.get("sglang_model_source"):
+        problems.append(
+            "sglang_model_source is set, but this release does not stage models yet: the staging modules exist "
+            "(model_stage, model_serve, model_check) and no role runs them (issue 40). Put the weights at "
+            "sglang_model_path on every worker host and leave sglang_model_source empty ({})"
+        )
     if not s.get("venv"):
         problems.append(
             "this run's venvs are not named (sglang_deps_venv_paths is not set): the sglang_deps role's preflight "

@@ -45,7 +45,7 @@ SETTINGS = {
 }
 SECRETS = ("sglang_hf_token", "sglang_router_api_key", "sglang_worker_api_key")
 # the variables the account rule looks at beyond the settings (plan.settings_problems)
-USER_VARS = ("sglang_unit_dir", "sglang_gpu_groups", "sglang_deps_wheelhouse")
+USER_VARS = ("sglang_unit_dir", "sglang_gpu_groups", "sglang_deps_wheelhouse", "sglang_model_source")
 # what the deps checks and the venvs' names read beyond the deps role's own variables
 DEPS_ALSO = ("sglang_server_module", "sglang_router_impl", "sglang_venvs_dir", *variables.REMOVED)
 WORKER_ROLES = plan.WORKER_ROLES
@@ -102,7 +102,7 @@ def secrets(v):
 
 
 def user_vars(v):
-    """The variables beyond the settings that the account rule looks at."""
+    """The variables beyond the settings that the account rule (and the model source's) looks at."""
     return {name: v.get(name, "") if name == "sglang_deps_wheelhouse" else v.get(name) for name in USER_VARS}
 
 
