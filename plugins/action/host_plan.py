@@ -19,7 +19,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, pl
 
 # what host_look returns, returned as it returns it (the preflight registers it: the router's plan and the
 # deployment's venv check read it)
-LOOK_KEYS = ("paths", "records", "listeners", "bind", "exists")
+LOOK_KEYS = ("paths", "records", "listeners", "bind", "exists", "model")
 OPTIONS = {"topology": {"type": "bool", "default": False}, "variables": {"type": "raw", "default": []}}
 # the shipped flag profiles (the collection's profiles/, beside plugins/)
 SHIPPED_PROFILES = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "profiles"))
@@ -105,7 +105,7 @@ class ActionModule(ActionBase):
             return {**result, **look}
         facts = look.get("ansible_facts") or {}
         inputs.update(host_paths=look.get("paths") or {}, listeners=look.get("listeners") or {},
-                      deployed=look.get("records") or {})  # fmt: skip
+                      deployed=look.get("records") or {}, model=look.get("model"))  # fmt: skip
         if read_topology:
             inputs["topology"] = facts.get("gpu_topology")
             inputs["readiness"] = facts.get("host_readiness")

@@ -100,4 +100,11 @@ exists:
   description: "C({path: bool}) for each path of O(disagg.sglang.host_look#module:exists)."
   returned: always
   type: dict
+model:
+  description: >-
+    Why the directory of O(disagg.sglang.host_look#module:model) is not a model sglang can load (C([]) when it is
+    one); null without that option or where the directory does not exist.
+  returned: always
+  type: list
+  elements: str
 """

@@ -39,6 +39,12 @@ options:
     type: list
     elements: path
     default: []
+  model:
+    description:
+      - The model directory (C(sglang_model_path)) whose files to check - C(config.json), and every shard its
+        C(model.safetensors.index.json) names, else a weight file - as sglang's loader needs them. Only the file
+        names, C(config.json) and the index are read. Not checked when left out.
+    type: path
   topology:
     description:
       - Also read the GPU and NUMA topology, as M(disagg.sglang.gpu_topology) reads it (the same code), and return
@@ -108,6 +114,7 @@ ARGUMENT_SPEC = {
     "listeners": {"type": "bool", "default": True},
     "bind": {"type": "list", "elements": "str", "default": []},
     "exists": {"type": "list", "elements": "path", "default": []},
+    "model": {"type": "path"},
     "topology": {
         "type": "dict",
         "options": {
@@ -131,7 +138,7 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, **MODULE_OPTIONS)
     p = module.params
     paths = {str(k): str(v) for k, v in p["paths"].items()}
-    found = host_look.look(paths, p["record_dir"], p["listeners"], p["bind"], p["exists"])
+    found = host_look.look(paths, p["record_dir"], p["listeners"], p["bind"], p["exists"], model_dir=p["model"])
     facts = {}
     for option, fact, read_for in (
         ("topology", "gpu_topology", gpu_topology.read_for),

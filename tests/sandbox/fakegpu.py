@@ -371,6 +371,33 @@ def render_model(model: Path) -> None:
     config = {"bos_token": "<s>", "eos_token": "</s>", "chat_template": chat}
     _write(model / "tokenizer_config.json", json.dumps(config))
     _write(model / "config.json", json.dumps({"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4"}))
+    # weights as sglang's loader finds them: the index's weight_map and every shard it names (two tiny safetensors
+    # files, a tensor each; the simulator loads none of them, the preflight checks that they are there)
+    shards = {f"model-0000{i}-of-00002.safetensors": f"layers.{i - 1}.weight" for i in (1, 2)}
+    for shard, tensor in shards.items():
+        (model / shard).write_bytes(safetensors_bytes(tensor))
+    index = {"metadata": {"total_size": 8 * len(shards)}, "weight_map": {t: f for f, t in shards.items()}}
+    _write(model / "model.safetensors.index.json", json.dumps(index))
+
+
+def safetensors_bytes(tensor: str) -> bytes:
+    """A safetensors file holding one F32 tensor of two zeros (the format: an 8-byte little-endian header length,
+    the JSON header, the data)."""
+    header = json.dumps({tensor: {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    return len(header).to_bytes(8, "little") + header + bytes(8)
+
+
+# A copy of the model directory whose index names a shard that is not there: what the preflight must refuse
+# (tests/cases/bad_inventories.yml), as sglang's loader fails on the missing shard.
+PARTIAL_MODEL_DIR = MODEL_DIR + "-partial"
+
+
+def render_partial_model(root: Path) -> None:
+    partial = root / PARTIAL_MODEL_DIR
+    if partial.exists():
+        shutil.rmtree(partial)
+    shutil.copytree(root / MODEL_DIR, partial)
+    (partial / "model-00002-of-00002.safetensors").unlink()
 
 
 # The NVIDIA persistence daemon's unit, as the driver's nvidia-persistenced package installs one (not enabled), running
@@ -414,4 +441,5 @@ def render(root: Path, hostname: str, topology: str = DEFAULT_TOPOLOGY) -> dict:
     _write(root / "etc/systemd/system/nvidia-persistenced.service", PERSISTENCED_UNIT)
     render_variants(root, topo)
     render_model(root / MODEL_DIR)
+    render_partial_model(root)
     return topo

@@ -16,6 +16,9 @@ from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, pl
 from ansible_collections.disagg.sglang.plugins.modules import gpu_topology as module
 from ansible_collections.disagg.sglang.plugins.modules import host_look as look_module
 
+from tests.sandbox import fakegpu
+from tests.sandbox.shell import CACHE
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "hardware"))
 from collection_path import adhoc  # noqa: E402 (the device run's module runner, tests/hardware)
@@ -169,8 +172,13 @@ def plan_through_ansible(tmp_path, smi, sysfs_root, named=True, **changed):
     "HOST | SUCCESS", the result)."""
     from inventory_vars import Resolved, adhoc_module, host_vars  # noqa: PLC0415 (the sandbox inventory's variables)
 
+    # a whole model directory (config.json, the index and its shards) where the units could see it: not under /tmp
+    # or /home (the hardening rule), so in the sandbox cache (tests/sandbox/shell.py CACHE), written once
+    model = CACHE / "test-models" / "whole"
+    if not (model / "model.safetensors.index.json").exists():
+        fakegpu.render_model(model)
     extra = {"sglang_topology_nvidia_smi_path": smi, "sglang_topology_sysfs_root": sysfs_root,
-             "sglang_record_dir": str(tmp_path / "records"), "sglang_model_path": "/usr/share",
+             "sglang_record_dir": str(tmp_path / "records"), "sglang_model_path": str(model),
              "sglang_deps_wheelhouse": "", **changed}  # fmt: skip
     _templar, variables, v = host_vars(host=HOST, extra=extra)
     # as roles/sglang/tasks/plan.yml calls it in site.yml's preflight
@@ -190,7 +198,8 @@ def plan_through_ansible(tmp_path, smi, sysfs_root, named=True, **changed):
     context = {"host": HOST, "group_names": ["prefill", "decode"], "colocated": colocated, "topology": None}
     inputs = plan_inputs.host_plan(r, context, variables["sglang_deps_venv_paths"], profile)
     assert roles == inputs["roles"]
-    expect = plan.host_plan({**inputs, "topology": facts, "readiness": ready, "host_paths": result.get("paths"),
+    expect = plan.host_plan({**inputs, "topology": facts, "readiness": ready, "model": result.get("model"),
+                             "host_paths": result.get("paths"),
                              "listeners": result.get("listeners"), "deployed": result.get("records")})  # fmt: skip
     return expect, status, result
 

@@ -284,3 +284,26 @@ def test_a_running_instance_the_plan_moves_to_other_gpus_is_announced_with_both_
     ]
     assert plan.moved_lines(specs, {"sglang-decode0": {"gpus": [2, 3]}}, topology) == []
     assert plan.moved_lines(specs, {}, topology) == []
+
+
+def test_the_model_directory_is_read_as_sglang_s_loader_needs_it(tmp_path):
+    """host_look.model: config.json and every shard the index names (else a weight file); None where no directory."""
+    from tests.sandbox import fakegpu  # noqa: PLC0415 (the sandbox's model directory, as it renders it)
+
+    model = tmp_path / "m"
+    fakegpu.render_model(model)
+    assert host_look.model(str(model)) == []
+    (model / "model-00002-of-00002.safetensors").unlink()
+    assert host_look.model(str(model)) == [
+        "model-00002-of-00002.safetensors, named by model.safetensors.index.json, is missing"
+    ]
+    (model / "config.json").unlink()
+    (model / "model.safetensors.index.json").unlink()
+    assert host_look.model(str(model)) == ["config.json is missing"]  # model-00001 is still a weight file
+    (model / "model-00001-of-00002.safetensors").unlink()
+    assert host_look.model(str(model)) == [
+        "config.json is missing",
+        "no weight file (*.safetensors) and no model.safetensors.index.json",
+    ]
+    assert host_look.model(str(tmp_path / "none")) is None
+    assert host_look.look({}, None, False, model_dir=str(tmp_path / "none"))["model"] is None

@@ -11,6 +11,7 @@ import json
 import os
 import re
 
+from ansible_collections.disagg.sglang.plugins.module_utils.model import staging
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import cluster_rules
 
 
@@ -76,13 +77,41 @@ def listeners(proc="/proc"):
     return owners
 
 
+def model(directory):
+    """Why DIRECTORY is not a model sglang can load (module_utils/model/staging.whole_model: config.json, and every
+    shard model.safetensors.index.json names, else a weight file), [] when it is one; None where it is no directory
+    (the paths rule names that). The file names are relative paths; only config.json and the index are read."""
+    if not directory or not os.path.isdir(directory):
+        return None
+    files = set()
+    for top, _dirs, names in os.walk(directory):
+        files.update(os.path.relpath(os.path.join(top, n), directory) for n in names)
+
+    def read_json(name):
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as handle:
+                return json.load(handle)
+        except (OSError, ValueError):
+            return None
+
+    return staging.whole_model(files, read_json)
+
+
 def look(
-    found_paths=None, record_dir=None, scan_listeners=True, bind=(), exists=(), *, proc="/proc", bind_outcome=None
+    found_paths=None,
+    record_dir=None,
+    scan_listeners=True,
+    bind=(),
+    exists=(),
+    *,
+    model_dir=None,
+    proc="/proc",
+    bind_outcome=None,
 ):
-    """Everything the preflight reads on this host: {paths, records, listeners, bind, exists}. FOUND_PATHS {variable:
-    path}; RECORD_DIR the records' directory (None: not read); BIND addresses -> {address: 'ok' or why not};
-    EXISTS paths -> {path: whether it exists} (no rule reads these: the venv's python, to pick where flags are
-    checked)."""
+    """Everything the preflight reads on this host: {paths, records, listeners, bind, exists, model}. FOUND_PATHS
+    {variable: path}; RECORD_DIR the records' directory (None: not read); BIND addresses -> {address: 'ok' or why
+    not}; EXISTS paths -> {path: whether it exists} (no rule reads these: the venv's python, to pick where flags are
+    checked); MODEL_DIR the model directory whose files to check (model(); None: not read)."""
     outcome = bind_outcome or cluster_rules.bind_outcome
     return {
         "exists": {path: os.path.exists(path) for path in exists or ()},
@@ -90,4 +119,5 @@ def look(
         "records": records(record_dir) if record_dir else {},
         "listeners": listeners(proc) if scan_listeners else {},
         "bind": {address: outcome(address) for address in bind or ()},
+        "model": model(model_dir) if model_dir else None,
     }

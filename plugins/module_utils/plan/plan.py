@@ -62,6 +62,13 @@ def settings_problems(inputs):
     )
     problems += rules.secret_problems(inputs.get("secrets") or {})
     problems += rules.host_path_problems(inputs.get("host"), inputs.get("host_paths"))
+    if inputs.get("model"):  # host_look's reading of the model directory: why sglang could not load it
+        problems.append(
+            f"{inputs.get('host')}: sglang_model_path {s.get('model_path')} is not a model sglang can load: "
+            + "; ".join(inputs["model"])
+            + ". Put the model's files there (its config.json and every shard its model.safetensors.index.json "
+            "names) or point sglang_model_path at a directory that holds them"
+        )
     return [p for i, p in enumerate(problems) if p not in problems[:i]]
 
 
@@ -110,6 +117,7 @@ def host_plan(inputs):
       host_paths: {variable: {path, exists, isdir}}, what the preflight's stat found on the host,
       listeners:  {port: owner} of the TCP listeners on the host (owner: systemd unit or process name),
       deployed:   {unit: record} of the units the collection deployed on the host (the preflight's reading),
+      model:      why the model directory is not a model sglang can load (host_look's reading; None: not read),
     }
     Returns {units: [spec], placement: [slot], problems: [message], warnings: [message], retired: [record],
     readiness: [finding]}; units is empty when problems is not. readiness: the host readiness findings not switched

@@ -190,6 +190,7 @@ def host_look(v, roles, venv_paths, read_topology):
         "record_dir": v.get("sglang_record_dir"),
         "bind": [bind] if roles and isinstance(bind, str) else [],
         "exists": [f"{engine}/bin/python"] if engine is not None else [],
+        "model": v.get("sglang_model_path") if roles else None,
         "topology": topology if read_topology and roles else None,
         # the host's readiness (IOMMU, ACS, BAR1, module options, ...), read with the topology, under the same root
         "readiness": (
