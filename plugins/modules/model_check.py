@@ -58,30 +58,10 @@ free_bytes:
   returned: always
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.disagg.sglang.plugins.module_utils.model import staging
-
-
-def files_of(path):
-    out = set()
-    for root, dirs, names in os.walk(path):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        out.update(os.path.relpath(os.path.join(root, n), path) for n in names)
-    return out
-
-
-def read_json(path):
-    def read(name):
-        try:
-            with open(os.path.join(path, name), encoding="utf-8") as handle:
-                return json.load(handle)
-        except (OSError, ValueError):
-            return None
-
-    return read
 
 
 def free_bytes(directory):
@@ -107,7 +87,7 @@ def main():
         if not os.path.isdir(params["path"]):
             problems.append(f"{params['path']} is not a directory")
         else:
-            problems += staging.whole_model(files_of(params["path"]), read_json(params["path"]))
+            problems += staging.whole_model_dir(params["path"])
     whole = not problems
     free = free_bytes(params["models_dir"]) if params["models_dir"] else None
     if free is not None and params["need_bytes"] > free:

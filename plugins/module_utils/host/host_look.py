@@ -83,18 +83,7 @@ def model(directory):
     (the paths rule names that). The file names are relative paths; only config.json and the index are read."""
     if not directory or not os.path.isdir(directory):
         return None
-    files = set()
-    for top, _dirs, names in os.walk(directory):
-        files.update(os.path.relpath(os.path.join(top, n), directory) for n in names)
-
-    def read_json(name):
-        try:
-            with open(os.path.join(directory, name), encoding="utf-8") as handle:
-                return json.load(handle)
-        except (OSError, ValueError):
-            return None
-
-    return staging.whole_model(files, read_json)
+    return staging.whole_model_dir(directory)
 
 
 def look(

@@ -21,6 +21,7 @@ client's .cache, renames); replace_files(temp, final, paths) (a repair: each fil
 write_stamp(dir, stamp); remove_tree(dir); clock().
 """
 
+import json
 import os
 
 from . import manifest as mf
@@ -162,3 +163,30 @@ def whole_model(files, read_json):
     elif not any(f.endswith((".safetensors", ".bin")) for f in files):
         out.append("no weight file (*.safetensors) and no model.safetensors.index.json")
     return out
+
+
+def directory_files(directory):
+    """The relative paths of the files under DIRECTORY, hidden directories (a hub client's .cache) left out."""
+    out = set()
+    for top, dirs, names in os.walk(directory):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        out.update(os.path.relpath(os.path.join(top, n), directory) for n in names)
+    return out
+
+
+def json_reader(directory):
+    """read_json for whole_model: a file of DIRECTORY parsed, or None where it is missing or not JSON."""
+
+    def read(name):
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as handle:
+                return json.load(handle)
+        except (OSError, ValueError):
+            return None
+
+    return read
+
+
+def whole_model_dir(directory):
+    """whole_model over a directory on this host: only the file names, config.json and the index are read."""
+    return whole_model(directory_files(directory), json_reader(directory))
