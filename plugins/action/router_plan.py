@@ -43,6 +43,7 @@ def router_inputs(v, host, groups, look):
         "host_paths": look.get("paths") or {},
         "listeners": look.get("listeners") or {},
         "ports": {name: v[name] for name in PORTS},
+        "instances": v["sglang_router_instances"],
     }
 
 
@@ -63,21 +64,25 @@ class ActionModule(ActionBase):
             except sf.FlagError as exc:
                 problems = [str(exc)]
         if not problems:
-            planned = plan.router_plan(list(args["workers"]), inputs)
+            planned = plan.router_plans(list(args["workers"]), inputs)
             problems = list(planned["problems"])
             problems += cluster_rules.worker_api_key_problems(v.get("sglang_worker_api_key"),
                                                               v.get("sglang_router_api_key"))  # fmt: skip
         if problems:
             return {**result, "failed": True, "changed": False, "msg": ". ".join(problems) + "."}
-        unit = planned["unit"]
+        units = planned["units"]
         deployed = dict(v.get("sglang_deployed") or {})
         result.update(
             changed=False,
-            unit=unit,
-            # the program the deployed router unit runs: the run talks to it until it restarts it
-            running_impl=sf.running_impl(deployed.get(unit["unit"]), unit["impl"]),
-            # whether the router's command line still needs its parser's check: not where the router's record says
+            # every router unit of the host (sglang_router_instances), and the first, which the worker roles' rolling
+            # and retire steps and the single-router readers (site.yml, monitoring) read as sglang_router_unit
+            units=units,
+            unit=units[0],
+            # the program each deployed router unit runs: the run talks to it until it restarts it
+            running_impls={u["unit"]: sf.running_impl(deployed.get(u["unit"]), u["impl"]) for u in units},
+            running_impl=sf.running_impl(deployed.get(units[0]["unit"]), units[0]["impl"]),
+            # whether the routers' command lines still need their parser's check: not where each router's record says
             # this parser accepted this command line (units.argv_key, as plan.cli_check_groups leaves it out)
-            cli_check=len(plan.cli_check_groups({host: [unit]}, {}, {host: deployed})) > 0,
+            cli_check=len(plan.cli_check_groups({host: units}, {}, {host: deployed})) > 0,
         )
         return result

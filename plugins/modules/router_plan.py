@@ -6,7 +6,7 @@
 DOCUMENTATION = r"""
 ---
 module: router_plan
-short_description: Plan the router unit of one host from the deployment's worker specs, failing with every problem
+short_description: Plan the router units of one host from the deployment's worker specs, failing with every problem
 version_added: "0.1.0"
 extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.controller]
 description:
@@ -15,8 +15,9 @@ description:
     C(plugins/module_utils/plan/plan_inputs.py) as host_plan derives a worker host's (the service settings, the
     secrets, the account's variables), the flags of the router program C(sglang_router_impl) names, and the worker
     specs of the deployment (O(workers)); the router dials each worker at its spec's url (its advertise address).
-  - First the variables of O(variables)'s role against the collection's variable table; then the router unit
-    (C(plugins/module_utils/plan/plan.py) C(router_plan)) and its rules, and the rule that the workers' API key is the
+  - First the variables of O(variables)'s role against the collection's variable table; then a router unit per
+    router instance (C(sglang_router_instances), C(plugins/module_utils/plan/plan.py) C(router_plans) and
+    C(router_rules.py)) and its rules, and the rule that the workers' API key is the
     router's (C(cluster_rules.worker_api_key_problems)).
   - Fails naming every problem of the first step that found any (joined by C(. )); no unit is planned then.
   - Runs on the controller only; what it knows of the host is what the preflight's look read (O(look)).
@@ -55,14 +56,26 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+units:
+  description:
+    - The router unit specs of the host, one per router instance (C(sglang_router_instances); the one instance
+      C(router) of C(sglang_router_port) where the list is empty), each C(plugins/module_utils/units/units.py)
+      C(router_unit), every one with the same workers.
+  returned: success
+  type: list
+  elements: dict
 unit:
-  description: The router's unit spec (C(plugins/module_utils/units/units.py) C(router_unit)).
+  description: The first of RV(units) (the single router of an inventory without C(sglang_router_instances)).
+  returned: success
+  type: dict
+running_impls:
+  description: The router program each deployed router unit runs, by unit (as RV(running_impl)).
   returned: success
   type: dict
 running_impl:
   description:
-    - The router program the deployed router unit runs (its record's C(impl)), or the planned one where none is
-      deployed; a run that switches routers talks to the running one until it restarts it.
+    - The router program the deployed router unit of RV(unit) runs (its record's C(impl)), or the planned one where
+      none is deployed; a run that switches routers talks to the running one until it restarts it.
   returned: success
   type: str
   sample: sglang_router

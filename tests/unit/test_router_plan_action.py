@@ -65,3 +65,24 @@ def test_router_plan_names_a_router_program_the_collection_does_not_run(planned,
     workers, _router = planned
     status, result = router_plan(tmp_path, workers, sglang_router_impl="nginx")
     assert status.endswith("FAILED!") and "sglang_router_impl 'nginx' is not a router" in result["msg"], result
+
+
+def test_router_plan_plans_a_unit_per_router_instance_through_ansible(planned, tmp_path):
+    """sglang_router_instances as an inventory gives it, through the action: two units, the first also as unit."""
+    workers, _router = planned
+    instances = [{"name": "router-a", "port": 8001, "prometheus_port": 29001},
+                 {"name": "router-b", "port": 8002, "prometheus_port": 29002}]  # fmt: skip
+    status, result = router_plan(tmp_path, workers, sglang_router_instances=instances)
+    assert status == f"{HOST} | SUCCESS", result
+    assert [u["unit"] for u in result["units"]] == ["sglang-router-a", "sglang-router-b"]
+    assert result["unit"] == result["units"][0]
+    assert result["running_impls"] == {"sglang-router-a": "sglang_router", "sglang-router-b": "sglang_router"}
+
+
+def test_router_plan_fails_naming_the_router_instance_and_the_fix(planned, tmp_path):
+    workers, _router = planned
+    instances = [{"name": "router-a", "port": 8001, "prometheus_port": 29001},
+                 {"name": "router-a", "port": 8002, "prometheus_port": 29002}]  # fmt: skip
+    status, result = router_plan(tmp_path, workers, sglang_router_instances=instances)
+    assert status.endswith("FAILED!") and "units" not in result, result
+    assert result["msg"].startswith("sglang_router_instances names router-a more than once"), result["msg"]

@@ -17,6 +17,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
     kv_rules,
     plan_inputs,
     profile_rules,
+    router_rules,
     rules,
 )
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan as plan_mod
@@ -78,7 +79,7 @@ def preflight(
     listeners=None,
 ):
     """The messages of the first preflight stage that fails, as roles/*/tasks/plan.yml compute them; [] if none.
-    with_units: also the planned specs (the workers', then the router's). missing: variables whose paths the
+    with_units: also the planned specs (the workers', then the routers'). missing: variables whose paths the
     host lacks; listeners: {port: owner} already listening on the host."""
     _templar, variables, v = host_vars(inventory=inventory, groups=groups, extra=extra, host_extra=host_extra)
 
@@ -129,9 +130,9 @@ def preflight(
         look = {"paths": found_paths, "listeners": found_listeners}
         try:
             router_inputs = router_plan_action.router_inputs(values, v("inventory_hostname"), variables["groups"], look)
-            router = plan_mod.router_plan(plan["units"], router_inputs)
+            router = plan_mod.router_plans(plan["units"], router_inputs)
         except sf.FlagError as exc:  # an impl the table refuses never gets this far in a run
-            router = {"problems": [str(exc)]}
+            router = {"problems": [str(exc)], "units": []}
         stages.append(table("sglang_router"))
         stages.append(
             lambda: (
@@ -144,7 +145,7 @@ def preflight(
         if messages:
             return (messages, []) if with_units else messages
     if with_units:
-        return [], plan["units"] + ([router["unit"]] if "router" in groups else [])
+        return [], plan["units"] + (router["units"] if "router" in groups else [])
     return []
 
 
@@ -211,7 +212,7 @@ def _rules():
     """Every preflight rule: the public *_problems functions of the rule modules."""
     return {
         f"{module.__name__.rsplit('.', 1)[1]}.{name}": (module, name)
-        for module in (rules, kv_rules, profile_rules, cluster_rules)
+        for module in (rules, kv_rules, profile_rules, cluster_rules, router_rules)
         for name, fn in inspect.getmembers(module, inspect.isfunction)
         if name.endswith("_problems") and fn.__module__ == module.__name__
     }

@@ -7,7 +7,8 @@ Planned once per run, in the preflight play (roles/sglang/tasks/plan.yml), befor
     host_plan(inputs)            on each worker host: rules on the settings and instances, placement, the
                                  worker unit specs, rules on their flags -> {units, problems, placement}
     pd_problems(plans)           once: prefill and decode agree on what the KV handoff needs
-    router_plan(workers, inputs) on each router host: the router spec from the worker specs -> {unit, problems}
+    router_plans(workers, inputs) on each router host: a router spec per router instance (sglang_router_instances;
+                                 router_plan each) from the worker specs -> {units, problems}
 
 Apply (units.yml, wait.yml, the rolling step, the router's smoke request) reads these specs. What it decides
 itself is what only the hosts can tell: which unit files changed (the restart rule, rolling.restart_decision),
@@ -15,7 +16,13 @@ and what each host's records say was deployed before (units.record: the instance
 restart key, and, for a rollback, the health URL of the previous configuration).
 """
 
-from ansible_collections.disagg.sglang.plugins.module_utils.plan import kv_rules, profile_rules, readiness_rules, rules
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
+    kv_rules,
+    profile_rules,
+    readiness_rules,
+    router_rules,
+    rules,
+)
 from ansible_collections.disagg.sglang.plugins.module_utils.plan.pd_placement import PlacementError, place
 from ansible_collections.disagg.sglang.plugins.module_utils.units import rolling, units
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
@@ -74,7 +81,7 @@ def settings_problems(inputs):
 
 def _managed(inputs, specs):
     prefix = inputs["settings"].get("unit_prefix") or "sglang-"
-    return {s["unit"] for s in specs} | {f"{prefix}router"}
+    return {s["unit"] for s in specs} | {f"{prefix}router"} | set(inputs.get("router_units") or [])
 
 
 def _allowed_owners(inputs, managed):
@@ -336,7 +343,8 @@ def router_plan(worker_specs, inputs):
 
     inputs: {host, impl (sglang_router_impl), settings (as host_plan's, for the service settings), flag_values
     ({variable: value} of the variables of the impl's flags, sglang_flags.ROUTER_IMPLS), extra_flags (as given),
-    env, unit, ports ({variable: value} of its listeners),
+    env, unit, name (the router instance's, sglang_router_instances), router_units (every router unit of the host:
+    each may hold its ports), ports ({variable: value} of its listeners),
     secrets, variables, conflicting_units, host_paths, listeners (as host_plan's)}. The router dials each worker at
     the spec's url (its advertise address).
     Returns {unit: spec or None, problems: [message]}.
@@ -379,6 +387,7 @@ def router_plan(worker_specs, inputs):
             **inputs["settings"],
             "inventory_host": host,
             "unit": inputs.get("unit", "sglang-router"),
+            "name": inputs.get("name", router_rules.DEFAULT_NAME),
             "impl": inputs.get("impl", "sglang_router"),
             "flags": sf.router_flags(
                 inputs.get("flag_values"), inputs.get("extra_flags"), inputs.get("impl", "sglang_router")
@@ -390,6 +399,46 @@ def router_plan(worker_specs, inputs):
         return {"unit": units.router_unit(prefills, decodes, settings), "problems": []}
     except sf.FlagError as exc:
         return {"unit": None, "problems": [str(exc)]}
+
+
+def router_plans(worker_specs, inputs):
+    """Plan the router units of one host: one per router instance (sglang_router_instances; router_rules), each from
+    the same worker specs, so every router routes to the same workers.
+
+    inputs: router_plan's, with instances (sglang_router_instances as given) and ports ({sglang_router_port,
+    sglang_router_prometheus_port}: the listeners of the one instance an empty list stands for). Each instance's
+    router_plan gets its unit (<prefix><name>), its name and its listeners, and may own any router unit of the host.
+    Returns {units: [spec], problems: [message]} (units empty when problems is not)."""
+    host = inputs["host"]
+    prefix = inputs["settings"].get("unit_prefix") or "sglang-"
+    problems = router_rules.router_instance_problems(inputs.get("instances"), prefix)
+    if problems:
+        return {"units": [], "problems": problems}
+    planned = router_rules.router_instances(inputs.get("instances"), inputs["ports"])
+    names = [f"{prefix}{i['name']}" for i in planned]
+    problems += router_rules.router_unit_clash_problems(
+        host, names, [s["unit"] for s in worker_specs if s.get("host") == host]
+    )
+    specs = []
+    for instance in planned:
+        one = router_plan(
+            worker_specs,
+            {
+                **inputs,
+                "unit": f"{prefix}{instance['name']}",
+                "name": instance["name"],
+                "ports": instance["ports"],
+                "router_units": names,
+                "flag_values": {
+                    **(inputs.get("flag_values") or {}),
+                    **{var: instance[key] for key, var in router_rules.DEFAULT_PORT_VARS.items()},
+                },
+            },
+        )
+        problems += [p for p in one["problems"] if p not in problems]
+        if one["unit"]:
+            specs.append(one["unit"])
+    return {"units": [] if problems else specs, "problems": problems}
 
 
 def profile_candidates(name, inventory_dir, shipped_dir):

@@ -292,8 +292,8 @@ def kv_contract(spec):
 def router_unit(prefills, decodes, settings):
     """Spec of the router unit, built from the worker specs (their ``url`` and ``bootstrap_port``).
 
-    settings: {venv, unit, flags (router flags mapping), env, api_key_set, hf_token_set, inventory_host}
-    and the service settings of worker_units.
+    settings: {venv, unit, name (the router instance's), flags (router flags mapping), env, api_key_set,
+    hf_token_set, inventory_host} and the service settings of worker_units.
     """
     lines = sf.router_lines(prefills, decodes, settings["flags"])
     impl = settings.get("impl", "sglang_router")
@@ -309,12 +309,15 @@ def router_unit(prefills, decodes, settings):
     if settings.get("hf_token_set") and not str(flags.get("tokenizer-path") or "").startswith("/"):
         secret_env["HF_TOKEN"] = "sglang_hf_token"
     unit = settings.get("unit", "sglang-router")
+    name = settings.get("name") or "router"
     spec = {
         "unit": unit,
-        "name": "router",
+        # the router instance (sglang_router_instances; "router" for the one instance of the older variables)
+        "name": name,
         "role": "router",
         "host": settings.get("inventory_host"),
-        "description": f"SGLang router: {len(prefills)} prefill, {len(decodes)} decode",
+        "description": f"SGLang router{'' if name == 'router' else ' ' + name}: {len(prefills)} prefill, "
+        f"{len(decodes)} decode",
         "after": ["network-online.target"],
         "python": f"{venv}/bin/python",
         "impl": impl,

@@ -1,0 +1,102 @@
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The router instances of a router host (issue 39): sglang_router_instances, and the rules on it.
+
+Declared as the worker instances are (sglang_prefill_instances, rules.instance_problems): a list per router host,
+each entry {name, port, prometheus_port}, each a unit of its own (<sglang_unit_prefix><name>.service) from the one
+unit template, every one with the same worker list (plan.router_plans). Empty (the default) is the single router of
+the older variables: one instance named router (unit sglang-router) on sglang_router_port and
+sglang_router_prometheus_port, so an inventory without the list plans exactly what it planned before.
+
+Pure functions returning messages, each naming the variable and the fix; tests/unit/test_router_rules.py holds their
+table, tests/cases/bad_inventories.yml a row for each.
+"""
+
+from ansible_collections.disagg.sglang.plugins.module_utils.plan.rules import NAME, port_ok
+
+VAR = "sglang_router_instances"
+# The keys a router instance may have: its name (the unit's) and its two listeners.
+ROUTER_INSTANCE_KEYS = ("name", "port", "prometheus_port")
+# The name of the one instance the older variables describe (its unit is <prefix>router, as before the list).
+DEFAULT_NAME = "router"
+# The variables each listener of that one instance comes from.
+DEFAULT_PORT_VARS = {"port": "sglang_router_port", "prometheus_port": "sglang_router_prometheus_port"}
+
+
+def router_instances(instances, ports):
+    """The router instances to plan: [{name, port, prometheus_port, ports: {where: port}}]. INSTANCES: the list as
+    given (after router_instance_problems found nothing); PORTS: {sglang_router_port: value,
+    sglang_router_prometheus_port: value}, the older variables, which make the one instance of an empty list.
+    ports names each listener as a message should (the variable, or the list entry and its key)."""
+    if not instances:
+        one = {key: ports.get(var) for key, var in DEFAULT_PORT_VARS.items()}
+        return [{"name": DEFAULT_NAME, **one, "ports": {var: ports.get(var) for var in DEFAULT_PORT_VARS.values()}}]
+    return [
+        {
+            "name": i["name"],
+            "port": i["port"],
+            "prometheus_port": i["prometheus_port"],
+            "ports": {f"{VAR}[{n}] ({i['name']}).{key}": i[key] for key in ("port", "prometheus_port")},
+        }
+        for n, i in enumerate(instances)
+    ]
+
+
+def router_instance_problems(instances, unit_prefix="sglang-"):
+    """What is wrong with sglang_router_instances, one message per problem, each naming the entry and the fix."""
+    if instances is None or instances == []:
+        return []
+    if not isinstance(instances, list):
+        hint = ": put '- ' before each instance (a list of mappings)" if isinstance(instances, dict) else ""
+        return [f"{VAR} must be a list of router instances (name, port, prometheus_port), got "
+                f"{type(instances).__name__}{hint}"]  # fmt: skip
+    problems = []
+    names = []
+    listeners = {}  # port -> [where]
+    for index, instance in enumerate(instances):
+        if not isinstance(instance, dict):
+            problems.append(f"{VAR}[{index}] must be a mapping (name, port, prometheus_port), got {instance!r}")
+            continue
+        name = instance.get("name")
+        where = f"{VAR}[{index}] ({name})" if name else f"{VAR}[{index}]"
+        if not isinstance(name, str) or not NAME.match(name):
+            problems.append(f"{where}: name must be lowercase letters, digits, - or _ (it becomes "
+                            f"{unit_prefix}<name>.service), e.g. router-a")  # fmt: skip
+        elif len(name) > 64:
+            problems.append(f"{where}: name must be at most 64 characters (it becomes {unit_prefix}<name>.service)")
+        else:
+            names.append(name)
+        unknown = sorted(str(k) for k in instance if k not in ROUTER_INSTANCE_KEYS)
+        if unknown:
+            problems.append(
+                f"{where}: unknown key(s) {', '.join(unknown)}: a router instance takes "
+                f"{', '.join(ROUTER_INSTANCE_KEYS)} (a misspelt key would be ignored; the other router settings are "
+                "the sglang_router_* variables, the same for every instance)"
+            )
+        for key in ("port", "prometheus_port"):
+            if key not in instance:
+                problems.append(f"{where}: {key} is missing (a port in 1-65535)")
+            elif not port_ok(instance[key]):
+                problems.append(f"{where}: {key} {instance[key]!r} is not a port in 1-65535")
+            else:
+                listeners.setdefault(int(instance[key]), []).append(f"{where}.{key}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        problems.append(f"{VAR} names {', '.join(twice)} more than once: each instance is a unit of its own "
+                        f"({unit_prefix}<name>.service), so each needs its own name")  # fmt: skip
+    for port, wheres in sorted(listeners.items()):
+        if len(wheres) > 1:
+            problems.append(f"{' and '.join(wheres)} are all port {port}: every listener of the router instances of "
+                            "a host needs a port of its own")  # fmt: skip
+    return problems
+
+
+def router_unit_clash_problems(host, router_units, worker_units):
+    """A router instance whose unit is also a worker's unit on the same host (a worker instance named like it)."""
+    clash = sorted(set(router_units) & set(worker_units))
+    if not clash:
+        return []
+    return [
+        f"{VAR} on {host}: {', '.join(clash)} is also a worker unit on that host (sglang_prefill_instances / "
+        "sglang_decode_instances name an instance so): rename the router instance (e.g. router-a)"
+    ]
