@@ -28,6 +28,7 @@ PDSIM_SRC = Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"
 if str(PDSIM_SRC) not in sys.path:
     sys.path.insert(0, str(PDSIM_SRC))
 
+from pdsim_testing import tiny_model  # noqa: E402
 from sglang_pd_sim import cli as sim_cli  # noqa: E402
 
 SGLANG_PARSER = Path(__file__).resolve().parents[1] / "sglang_parser"
@@ -118,6 +119,8 @@ class Launcher:
     def __init__(self, tmp_path: Path):
         self.tmp_path = tmp_path
         self.procs: list[Proc] = []
+        # a directory sglang can load: the double checks it at start-up (sglang_pd_sim/model_dir.py)
+        self.model = str(tiny_model(tmp_path / "DeepSeek-V4-Flash"))
 
     def _spawn(self, name: str, argv: list[str], env: dict | None = None, **ports) -> Proc:
         log_path = self.tmp_path / f"{name}.log"
@@ -132,8 +135,8 @@ class Launcher:
 
     def sim(self, role: str, *extra: str, env: dict | None = None, name: str | None = None) -> Proc:
         port = free_port()
-        argv = [sys.executable, "-m", "sglang_pd_sim", "serve", "--model-path", MODEL, "--host", "127.0.0.1",
-                "--port", str(port), "--disaggregation-mode", role, "--page-size", "256",
+        argv = [sys.executable, "-m", "sglang_pd_sim", "serve", "--model-path", self.model, "--host",
+                "127.0.0.1", "--port", str(port), "--disaggregation-mode", role, "--page-size", "256",
                 "--disaggregation-transfer-backend", "nixl", "--enable-metrics"]  # fmt: skip
         ports = {"port": port}
         # An instant engine (no weight load, no warm-up: the double's default), unlike the sandbox hosts' engines
@@ -346,7 +349,7 @@ def test_sim_health_503_while_loading_then_200(pd_launcher, capsys):
     status, info = http("GET", url(sim, "/server_info"))
     assert status == 200 and info["disaggregation_mode"] == "prefill" and info["version"] == "0.5.23"
     assert info["disaggregation_bootstrap_port"] == sim.ports["bootstrap"] and info["tp_size"] == 1
-    assert info["served_model_name"] == MODEL and isinstance(info["internal_states"], list)
+    assert info["served_model_name"] == pd_launcher.model and isinstance(info["internal_states"], list)
     status, model_info = http("GET", url(sim, "/get_model_info"))
     assert status == 200 and model_info["architectures"] == ["DeepseekV4ForCausalLM"]
     status, metrics = http("GET", url(sim, "/metrics"))

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from . import Hub, HubServer, generate
+from .repo import BROKEN
 
 
 def main(argv=None) -> None:
@@ -18,8 +19,11 @@ def main(argv=None) -> None:
     parser.add_argument("--shards", type=int, default=3)
     parser.add_argument("--shard-bytes", type=int, default=1 << 20)
     parser.add_argument("--token-file", type=Path)
+    parser.add_argument("--broken", choices=BROKEN, help="the last seed's revision is one sglang cannot load (repo.py)")
     args = parser.parse_args(argv)
-    revisions = [generate(seed, shards=args.shards, shard_bytes=args.shard_bytes) for seed in args.seeds]
+    revisions = [generate(seed, shards=args.shards, shard_bytes=args.shard_bytes,
+                          broken=args.broken if i == len(args.seeds) - 1 else None)
+                 for i, seed in enumerate(args.seeds)]  # fmt: skip
     token = args.token_file.read_text().strip() if args.token_file else None
     server = HubServer((args.host, args.port), Hub({args.repo: revisions}, token=token))
     print(json.dumps({"url": server.url, "repo": args.repo, "revisions": [r.commit for r in revisions]}), flush=True)

@@ -81,8 +81,21 @@ def safetensors_file(tensors: dict[str, bytes]) -> bytes:
     return len(text).to_bytes(8, "little") + text + b"".join(tensors.values())
 
 
-def generate(seed: int = 0, shards: int = 3, shard_bytes: int = 1 << 20, layers: int = 4) -> Revision:
-    """The repository of `seed`: `shards` safetensors shards of about `shard_bytes` each."""
+# Broken revisions, for a rollback test: every file the hub lists verifies against the hub's own checksums (a stage
+# of it succeeds), but sglang cannot load it (the double fails as sglang does: tests/sandbox/pdsim/sglang_pd_sim/
+# model_dir.py). "header": the last shard's safetensors header length is 10^12 (safetensors' "header too large",
+# raised when the load reaches that shard; the size is unchanged); "missing-shard": the index names a last shard the
+# repository does not hold ("model.safetensors.index.json references 1 shard file(s) missing", when the load starts).
+BROKEN = ("header", "missing-shard")
+
+
+def generate(
+    seed: int = 0, shards: int = 3, shard_bytes: int = 1 << 20, layers: int = 4, broken: str | None = None
+) -> Revision:
+    """The repository of `seed`: `shards` safetensors shards of about `shard_bytes` each; `broken` (BROKEN) makes it
+    one sglang cannot load, of another commit than the good one."""
+    if broken is not None and broken not in BROKEN:
+        raise ValueError(f"broken must be one of {BROKEN}, not {broken!r}")
     rng = random.Random(seed)
     files: dict[str, bytes] = {}
     config = {
@@ -114,5 +127,10 @@ def generate(seed: int = 0, shards: int = 3, shard_bytes: int = 1 << 20, layers:
         weight_map.update(dict.fromkeys(tensors, path))
     index = {"metadata": {"total_size": per_tensor * len(names)}, "weight_map": weight_map}
     files["model.safetensors.index.json"] = json.dumps(index, indent=2).encode() + b"\n"
+    last = f"model-{shards:05d}-of-{shards:05d}.safetensors"
+    if broken == "header":
+        files[last] = (10**12).to_bytes(8, "little") + files[last][8:]
+    elif broken == "missing-shard":
+        del files[last]
     commit = hashlib.sha1("".join(f"{p}\0{git_blob_id(d)}\n" for p, d in sorted(files.items())).encode()).hexdigest()
     return Revision(commit=commit, files=files)

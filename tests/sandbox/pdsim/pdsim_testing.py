@@ -21,6 +21,17 @@ if str(REPO) not in sys.path:
 
 # requests to the simulators go through the tests' one client, never through a proxy named in the environment
 from tests.http_client import free_port, http, without_proxies  # noqa: E402
+from tests.sandbox.fakegpu import render_model  # noqa: E402
+
+
+def tiny_model(path: Path) -> Path:
+    """A model directory sglang can load, the one the sandbox hosts get (tests/sandbox/fakegpu.py render_model:
+    config.json, a tokenizer, model.safetensors.index.json and the two tiny shards it names), for a simulator a test
+    starts: the double checks its --model-path at start-up as sglang does (sglang_pd_sim/model_dir.py)."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        render_model(path)
+    return path
 
 
 class Sim:
@@ -77,7 +88,8 @@ class SimPool:
         """A simulator on loopback; PYTHON runs it instead of this interpreter (e.g. one with nixl installed);
         SRC is a simulator tree to run instead of this one (e.g. a copy rewritten to another release)."""
         port = free_port()
-        argv = [python or sys.executable, "-m", "sglang_pd_sim", "serve", "--model-path", "/models/sim",
+        model = tiny_model(self.tmp_path / "model")
+        argv = [python or sys.executable, "-m", "sglang_pd_sim", "serve", "--model-path", str(model),
                 "--served-model-name", "sim", "--host", "127.0.0.1", "--port", str(port),
                 "--disaggregation-mode", role]  # fmt: skip
         bootstrap = None

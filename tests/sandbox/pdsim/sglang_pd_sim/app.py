@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 
-from sglang_pd_sim import SGLANG_VERSION, __version__, answers, nixl_handoff
+from sglang_pd_sim import SGLANG_VERSION, __version__, answers, model_dir, nixl_handoff
 from sglang_pd_sim.bootstrap import BootstrapHandler
 from sglang_pd_sim.cli import load_knobs, parse_args
 from sglang_pd_sim.httpbase import SimHTTPServer
@@ -47,10 +47,17 @@ def _load_weights(state: SimState) -> bool:
     main process waits (scheduler_init_result.wait_for_ready) before http_server.py starts uvicorn, so the HTTP
     port is not listening meanwhile. False when stopped (SIGINT) during the load."""
     delay = state.knobs.startup_delay
+    # model_dir.py: the weight files as sglang's loader finds them (loader.py _prepare_weights) and each shard's
+    # safetensors header as it is opened; a failure comes after the share of the load read before it
+    plan = model_dir.plan_load(state.args.model_path, getattr(state.args, "load_format", "auto"))
     if delay:
         log.info("Loading weights (simulated, %.1fs) ...", delay)
-        if state.stop.wait(delay):
+    if plan.failure is not None:
+        if state.stop.wait(delay * plan.fails_after):
             return False
+        _scheduler_failed(state, plan.failure)
+    if delay and state.stop.wait(delay):
+        return False
     try:
         if nixl_handoff.prepare(state.args.disaggregation_transfer_backend, state.role):
             log.info("NIXL agent and KV buffer registered (UCX)")
@@ -65,6 +72,19 @@ def _load_weights(state: SimState) -> bool:
         logging.shutdown()
         os._exit(1)
     return True
+
+
+def _scheduler_failed(state: SimState, failure: model_dir.LoadFailure) -> None:
+    """A scheduler that raised while loading, as sglang 0.5.23 ends then: sglang/srt/managers/scheduler.py
+    run_scheduler_process logs the traceback and sends SIGQUIT to the launching process, whose
+    launch_phase_sigquit_handler (sglang/srt/entrypoints/engine.py) calls kill_process_tree(os.getpid())
+    (sglang/srt/utils/common.py), which SIGKILLs the process itself: no port listens, the exit is a SIGKILL."""
+    log.error("Scheduler hit an exception: %s", failure.traceback())
+    log.error("Received sigquit from a child process. It usually means the child failed.")
+    log.info("kill_process_tree called: parent_pid=%d, include_parent=True, pid=%d", os.getpid(), os.getpid())
+    state.life.log_exit(state, "scheduler-exception")
+    logging.shutdown()
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _wait_and_warmup(state: SimState) -> None:
@@ -143,6 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     log.info("sglang-pd-sim %s (stand-in for sglang %s), pid %d", __version__, SGLANG_VERSION, os.getpid())
     log.info("server_args=ServerArgs(%s)", ", ".join(f"{k}={v!r}" for k, v in sorted(vars(args).items())))
     log.info("sim_knobs=%s", json.dumps(knobs.as_dict(), sort_keys=True))
+
+    # model_dir.py: sglang reads config.json while it resolves its arguments, in the launching process, before any
+    # listener starts (launch_server.py run_server -> ServerArgs.resolve_once); the exception is not caught: exit 1
+    failure = model_dir.config_failure(args.model_path)
+    if failure is not None:
+        log.error("%s", failure.traceback())
+        state.life.log_exit(state, "config-error")
+        return 1
 
     servers: list[SimHTTPServer] = []
 
