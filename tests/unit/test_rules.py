@@ -183,6 +183,8 @@ RULES_TESTED_ELSEWHERE = {
     "cluster_rules.deployment_bind_problems": "each worker host's look (host_look's bind), read once by the "
     "router host's address_check: tests/unit/test_host_look.py, tests/unit/test_cluster_rules.py",
     "rules.retire_problems": "deployment-wide, on the records the hosts hold: tests/unit/test_cluster_rules.py",
+    "rules.model_revision_problems": "deployment-wide, over the worker specs of every host (a row plans one host: "
+    "one model source for all its units): tests/unit/test_model_revision_rule.py",
     "rules.no_gpu_problems": "the topology facts, not the inventory: "
     "test_a_worker_host_showing_no_gpu_is_named_with_why",
 }

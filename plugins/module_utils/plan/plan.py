@@ -297,10 +297,14 @@ def pd_problems(worker_specs, inputs=None):
         return problems
     contracts = [dict(units.kv_contract(spec), host=spec.get("host", "?")) for spec in worker_specs]
     contracts = [dict(c, values=_shared(c["values"], groups)) for c in contracts]
+    # the model revision is part of the contract (issue 40), compared on the plan alone: a change of revision rolls
+    # as an engine upgrade does (the rolling step's business), a plan of two revisions never serves
+    revisions = rules.model_revision_problems(worker_specs)
     found = rules.kv_mismatches(contracts, (*units.KV_CONTRACT, "engine"))
     if found:
         engine = any(m.startswith("--engine ") for m in found)
         return [
+            *revisions,
             ". ".join(found).replace("--engine differs", "The engine version differs") + ". SGLang refuses the KV "
             "handoff between such workers at connect time: make the profile, sglang_prefill_extra_flags / "
             "sglang_decode_extra_flags and the instances' flags agree"
@@ -309,9 +313,9 @@ def pd_problems(worker_specs, inputs=None):
                 f"list them in one group of {COMPAT_VAR})"
                 if engine
                 else ""
-            )
+            ),
         ]
-    return transition_problems(worker_specs, contracts, inputs)
+    return revisions + transition_problems(worker_specs, contracts, inputs)
 
 
 def transition_problems(worker_specs, contracts, inputs):
