@@ -242,3 +242,22 @@ def test_build_writes_the_report_and_a_fail_closed_run_against_a_baseline(tmp_pa
     (tmp_path / "other.json").write_text(json.dumps(other))
     with pytest.raises(acc.AccuracyError, match="asked its questions differently \\(shots differ\\)"):
         acc.build(tmp_path / "20261201T010000Z-accuracy", meta, str(tmp_path / "other.json"))
+
+
+def test_the_accuracy_report_names_the_model_revision_it_measured(tmp_path):
+    """Issue 40: from the deployed records of the plan's worker specs (bench_deployment.model, as the benchmark's)."""
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    right = [(" #### " + str(acc.reference(GSM8K[i]["answer"])), None) for i in range(4)]
+    meta = write_run(tmp_path / "20261201T000000Z-accuracy", right, kv_after=2)
+    prefill = {"unit": "sglang-prefill0", "role": "prefill", "model_revision": revision}
+    decode = {"unit": "sglang-decode0", "role": "decode", "model_revision": None, "model_path": "/srv/V4"}
+    meta["hosts"] = {"h1": {"records": {"sglang-prefill0": prefill}}, "h2": {"records": {"sglang-decode0": decode}}}
+    report = acc.build(tmp_path / "20261201T000000Z-accuracy", meta, "none")
+    assert report["deployment"]["model"]["workers"] == {"sglang-prefill0@h1": revision,
+                                                        "sglang-decode0@h2": "managed outside: /srv/V4"}  # fmt: skip
+    page = (tmp_path / "20261201T000000Z-accuracy" / "accuracy.md").read_text()
+    assert f"- model revision: mixed: {revision}, managed outside: /srv/V4\n" in page
+    meta["hosts"]["h2"]["records"]["sglang-decode0"]["model_revision"] = revision
+    report = acc.build(tmp_path / "20261201T000000Z-accuracy", meta, "none")
+    assert report["deployment"]["model"]["revision"] == revision
+    assert f"- model revision: {revision}\n" in (tmp_path / "20261201T000000Z-accuracy" / "accuracy.md").read_text()

@@ -294,3 +294,56 @@ def test_the_report_names_the_router_program_and_its_settings_also_behind_the_ke
         "settings": {"--host": ["127.0.0.1"], "--port": ["8000"], "--worker-wedge-secs": ["30"],
                      "--disable-worker-overload-protection": []},
     }}  # fmt: skip
+
+
+# Issue 40: the report names the model revision it measured, from the deployed records of the plan's worker specs
+# (model_revision: the commit of sglang_model_source), or the directory managed outside.
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+
+def worker_records(revision=None, model_path=None, key=True):
+    records = {}
+    for unit, role in (("sglang-prefill0", "prefill"), ("sglang-decode0", "decode")):
+        record = {"unit": unit, "role": role, "python": "/v/bin/python"}
+        if key:  # a record written before the plan named model_revision has neither key
+            record.update(model_revision=revision, model_path=model_path)
+        records[unit] = record
+    records["sglang-router"] = {"unit": "sglang-router", "role": "router", "python": "/r/bin/python"}
+    return records
+
+
+@pytest.mark.parametrize(
+    ("hosts", "revision"),
+    [
+        ({"h1": {"records": worker_records(REVISION, f"/opt/models/DeepSeek-V4-Flash-{REVISION}")}}, REVISION),
+        ({"h1": {"records": worker_records(None, "/srv/weights/V4")}}, "managed outside: /srv/weights/V4"),
+        # no key in the records: the directory is the unit's own --model-path
+        ({"h1": {"records": worker_records(key=False)}}, "managed outside: /opt/models/DeepSeek-V4-Flash"),
+        ({"h1": {"records": worker_records(REVISION, "/m")}, "h2": {"records": worker_records(None, "/srv/V4")}},
+         f"mixed: {REVISION}, managed outside: /srv/V4"),
+        ({"h1": {"records": {}}}, None),
+    ],
+)  # fmt: skip
+def test_the_deployment_names_the_model_revision_of_its_workers(hosts, revision):
+    decode = bd.parse_unit((FIXTURES / "sglang-decode0.service").read_text())
+    units_seen = {f"{unit}.service": {"flags": decode["flags"]} for unit in ("sglang-prefill0", "sglang-decode0")}
+    model = bd.model({"hosts": hosts}, units_seen)
+    assert model["revision"] == revision
+    assert all(unit.endswith(("@h1", "@h2")) and "router" not in unit for unit in model["workers"])
+
+
+def test_the_bench_and_accuracy_reports_name_the_model_revision_they_measured(tmp_path, capsys):
+    unit = (FIXTURES / "sglang-decode0.service").read_text()
+    meta = {
+        "inventory": "cluster", "client": "aiperf", "client_version": "0.13.0", "profile": "deepseek_v4_flash_sm120",
+        "collection_root": str(REPO), "settings": {"concurrencies": [4], "url": "http://127.0.0.1:8000"},
+        "hosts": {"h1": {"units": {"sglang-decode0.service": unit}, "versions": {},
+                         "records": worker_records(REVISION, f"/opt/models/V4-{REVISION}")}},
+    }  # fmt: skip
+    run = tmp_path / "cluster/20260101T000000Z"
+    write_run(run, meta, [br.normalize("aiperf", fixture("aiperf-0.13.0-loopback-tokenlatency10ms-c4.json"), 4, 20)])
+    assert bench_tool.main(["build", str(run), "--meta", str(run / "meta.json")]) == 0
+    report = json.loads((run / "report.json").read_text())
+    assert report["deployment"]["model"] == {
+        "revision": REVISION, "workers": {"sglang-prefill0@h1": REVISION, "sglang-decode0@h1": REVISION}}  # fmt: skip
+    assert f"- model revision: {REVISION}\n" in (run / "report.md").read_text()

@@ -282,6 +282,7 @@ def markdown(report: dict) -> str:
         f"{s['questions']} questions after {s['shots']} few-shot examples, max {s['max_tokens']} tokens, "
         f"temperature {s['temperature']}, concurrency {s['concurrency']}",
         f"- through: {s['url']} ({s['endpoint']}), model {s['model']}; {report['seconds']:.1f} s",
+        f"- model revision: {(report['deployment'].get('model') or {}).get('revision') or '-'}",
         f"- deployment {report['deployment_digest']}: "
         + ", ".join(f"`{u}` on {i.get('host')}" for u, i in sorted(report["deployment"].get("units", {}).items())),
         "",

@@ -78,6 +78,36 @@ def deployment(meta: dict) -> dict:
         "versions": versions,
         "simulated": simulated,
         "routers": routers(units),
+        "model": model(meta, units),
+    }
+
+
+WORKER_ROLES = ("prefill", "decode")
+
+
+def model(meta: dict, units: dict) -> dict:
+    """The model the measured workers served: {revision, workers {unit@host: revision}}. A worker's revision is its
+    record's model_revision, which the plan's spec named (the commit of sglang_model_source; roles/sglang/tasks/
+    units.yml writes the record), or "managed outside: <directory>" where the spec has none (no model source: the
+    collection does not know what sglang_model_path holds; the directory is the record's model_path, else the
+    unit's --model-path). revision: the one revision of every worker, or "mixed: ..." (the plan refuses that:
+    rules.model_revision_problems), or None without a worker record."""
+    workers = {}
+    for host, h in sorted((meta.get("hosts") or {}).items()):
+        for name, record in sorted((h.get("records") or {}).items()):
+            if not isinstance(record, dict) or record.get("role") not in WORKER_ROLES:
+                continue
+            unit_name = record.get("unit") or name
+            revision = record.get("model_revision")
+            if revision is None:
+                flags = (units.get(f"{unit_name}.service") or {}).get("flags") or {}
+                path = record.get("model_path") or (flags.get("--model-path") or [None])[0]
+                revision = f"managed outside: {path}"
+            workers[f"{unit_name}@{host}"] = revision
+    found = sorted(set(workers.values()))
+    return {
+        "revision": found[0] if len(found) == 1 else (f"mixed: {', '.join(found)}" if found else None),
+        "workers": workers,
     }
 
 

@@ -427,6 +427,7 @@ def markdown(report: dict, plots: list[str]) -> str:
         f"- SLO: TTFT <= {s.get('slo_ttft_ms')} ms, TPOT <= {s.get('slo_tpot_ms')} ms",
         f"- collection {dep['collection'].get('version')} commit {dep['collection'].get('commit') or '-'}, "
         f"profile {dep.get('profile')}",
+        f"- model revision: {(dep.get('model') or {}).get('revision') or '-'}",
         "- versions: "
         + ", ".join(
             f"{h}: " + " ".join(f"{k} {v}" for k, v in sorted(vs.items()) if v)
