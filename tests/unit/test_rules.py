@@ -382,3 +382,45 @@ def test_an_empty_instance_list_is_a_warning_of_the_host_and_the_router_refuses_
     the host plan warns and places nothing; a deployment left without any decode is refused by the router's rule."""
     problems = preflight(topology, extra={"sglang_decode_instances": []})
     assert len(problems) == 1 and "The router found 1 prefill and 0 decode workers" in problems[0], problems
+
+
+# Issue 40: with a model source the workers load the staged directory, planned once here (source.staged_dir), and each
+# worker spec names its revision (the same-revision rule of prefill and decode reads spec["model_revision"]); the
+# directory managed outside has no revision the collection knows, and its path is the one the look checks.
+MODEL_COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.mark.parametrize(
+    ("extra", "path", "revision"),
+    [
+        ({}, "/opt/models/DeepSeek-V4-Flash", None),
+        (
+            {
+                "sglang_model_source": {"hub": "deepseek-ai/DeepSeek-V4-Flash", "revision": MODEL_COMMIT},
+                "sglang_models_dir": "/srv/models",
+            },
+            f"/srv/models/DeepSeek-V4-Flash-{MODEL_COMMIT}",
+            MODEL_COMMIT,
+        ),
+        (
+            {"sglang_model_source": {"mirror": "http://10.0.0.5:8899/m/V4-" + MODEL_COMMIT, "revision": MODEL_COMMIT}},
+            f"/opt/models/V4-{MODEL_COMMIT}",
+            MODEL_COMMIT,
+        ),
+    ],
+    ids=["managed-outside", "hub", "mirror"],
+)
+def test_workers_load_the_staged_directory_of_the_sources_revision_planned_once(topology, extra, path, revision):
+    messages, specs = preflight(topology, extra=extra, with_units=True)
+    assert messages == []
+    workers = [s for s in specs if s["role"] in ("prefill", "decode")]
+    assert workers
+    for spec in workers:
+        assert spec["model_path"] == path and spec["flags"]["model-path"] == path
+        assert ["--model-path", path] in [list(line) for line in spec["lines"]], spec["lines"]
+        assert spec["model_revision"] == revision
+        assert units.record(spec, "/etc/systemd/system")["model_revision"] == revision
+    _templar, _variables, v = host_vars(inventory="inventories/sandbox", groups=GROUPS, extra=extra)
+    look = plan_inputs.host_look(Resolved(_variables, v), {"prefill": {}}, {}, False)
+    # the look checks a directory managed outside now; a staged one after its staging step
+    assert look["model"] == (None if revision else path)

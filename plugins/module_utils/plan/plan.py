@@ -16,6 +16,7 @@ and what each host's records say was deployed before (units.record: the instance
 restart key, and, for a rollback, the health URL of the previous configuration).
 """
 
+from ansible_collections.disagg.sglang.plugins.module_utils.model import source
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
     kv_rules,
     profile_rules,
@@ -35,13 +36,13 @@ def settings_problems(inputs):
     before the plan, against module_utils/plan/variables.py). inputs: see host_plan."""
     s = inputs["settings"]
     variables = inputs.get("variables") or {}
-    problems = rules.model_path_problems(s.get("model_path"))
-    if variables.get("sglang_model_source"):
-        problems.append(
-            "sglang_model_source is set, but this release does not stage models yet: the staging modules exist "
-            "(model_stage, model_serve, model_check) and no role runs them (issue 40). Put the weights at "
-            "sglang_model_path on every worker host and leave sglang_model_source empty ({})"
-        )
+    src = variables.get("sglang_model_source")
+    if src:
+        # the workers load <sglang_models_dir>/<name>-<revision>, staged by the run (roles/sglang/tasks/model*.yml)
+        # (sglang_models_dir's own shape is the variable table's row)
+        problems = source.problems(src)
+    else:
+        problems = rules.model_path_problems(s.get("model_path"))
     if not s.get("venv"):
         problems.append(
             "this run's venvs are not named (sglang_deps_venv_paths is not set): the sglang_deps role's preflight "
@@ -58,7 +59,11 @@ def settings_problems(inputs):
         s.get("state_dir"),
         {
             # the model path's own rule says when it is not absolute
-            **({"sglang_model_path": model} if isinstance(model, str) and model.startswith("/") else {}),
+            **(
+                {("sglang_models_dir" if src else "sglang_model_path"): model}
+                if isinstance(model, str) and model.startswith("/")
+                else {}
+            ),
             "sglang_venvs_dir": s.get("venvs_dir"),
             "sglang_env_dir": s.get("env_dir"),
             "sglang_numactl_path": s.get("numactl_path"),

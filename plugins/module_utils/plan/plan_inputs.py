@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 from ansible_collections.disagg.sglang.plugins.module_utils.deps import venvs
+from ansible_collections.disagg.sglang.plugins.module_utils.model import source
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, readiness_rules, rules, variables
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
@@ -45,7 +46,13 @@ SETTINGS = {
 }
 SECRETS = ("sglang_hf_token", "sglang_router_api_key", "sglang_worker_api_key")
 # the variables the account rule looks at beyond the settings (plan.settings_problems)
-USER_VARS = ("sglang_unit_dir", "sglang_gpu_groups", "sglang_deps_wheelhouse", "sglang_model_source")
+USER_VARS = (
+    "sglang_unit_dir",
+    "sglang_gpu_groups",
+    "sglang_deps_wheelhouse",
+    "sglang_model_source",
+    "sglang_models_dir",
+)
 # what the deps checks and the venvs' names read beyond the deps role's own variables
 DEPS_ALSO = ("sglang_server_module", "sglang_router_impl", "sglang_venvs_dir", *variables.REMOVED)
 WORKER_ROLES = plan.WORKER_ROLES
@@ -80,11 +87,30 @@ def worker_roles(v, group_names):
     }
 
 
+def staged(v):
+    """The model source of the host when it stages one (a good sglang_model_source), else None: the directory is
+    sglang_model_path, managed outside."""
+    src = v.get("sglang_model_source")
+    return src if src and not source.problems(src) else None
+
+
+def model(v):
+    """{path, revision}: the directory the workers load and its revision. With a model source it is the staged
+    directory <sglang_models_dir>/<name>-<revision> (source.staged_dir), planned here once; without one,
+    sglang_model_path, whose revision the collection does not know (None)."""
+    src = staged(v)
+    if src is None:
+        return {"path": v.get("sglang_model_path"), "revision": None}
+    return {"path": source.staged_dir(v.get("sglang_models_dir"), src), "revision": src["revision"]}
+
+
 def settings(v, is_colocated, venv_paths):
     """What every unit of a host shares. VENV_PATHS: this run's venvs (venvs.venvs), {} before they are named."""
     bind = v.get("sglang_bind_host")
+    found_model = model(v)
     found = {
-        "model_path": v.get("sglang_model_path"),
+        "model_path": found_model["path"],
+        "model_revision": found_model["revision"],
         "dist_init_host": "127.0.0.1" if bind == "0.0.0.0" else bind,
         "advertise_address": "127.0.0.1" if is_colocated else v.get("sglang_advertise_address"),
         "venv": venv_paths.get("engine", ""),
@@ -175,8 +201,10 @@ def host_look(v, roles, venv_paths, read_topology):
     and the host readiness where READ_TOPOLOGY (a worker host in site.yml's preflight)."""
     engine = venv_paths.get("engine")
     bind = v.get("sglang_bind_host")
+    # a staged model is checked after its staging step (it may not be there yet); one managed outside, here
+    outside = v.get("sglang_model_path") if roles and not v.get("sglang_model_source") else None
     paths = {
-        "sglang_model_path": v.get("sglang_model_path") if roles else None,
+        "sglang_model_path": outside,
         "sglang_deps_wheelhouse": v.get("sglang_deps_wheelhouse", ""),
         "sglang_read_write_paths": v.get("sglang_read_write_paths"),
     }
@@ -190,7 +218,7 @@ def host_look(v, roles, venv_paths, read_topology):
         "record_dir": v.get("sglang_record_dir"),
         "bind": [bind] if roles and isinstance(bind, str) else [],
         "exists": [f"{engine}/bin/python"] if engine is not None else [],
-        "model": v.get("sglang_model_path") if roles else None,
+        "model": outside,
         "topology": topology if read_topology and roles else None,
         # the host's readiness (IOMMU, ACS, BAR1, module options, ...), read with the topology, under the same root
         "readiness": (

@@ -253,6 +253,10 @@ def worker_units(instances, placement, profile, role, settings):
             "module": settings["server_module"],
             # the engine it runs ("dist version", venvs.engine_of): part of its KV contract
             "engine": settings.get("engine"),
+            # the model directory it loads and that directory's revision (the model source's commit; None where the
+            # directory is managed outside): prefill and decode must load the same one
+            "model_path": settings["model_path"],
+            "model_revision": settings.get("model_revision"),
             "exec": secret_launcher([*binding, python, "-m", settings["server_module"]], env_flags),
             "lines": lines,
             "flags": flags,
@@ -359,7 +363,7 @@ def restart_key(spec):
 # file has; the preflight reads every record of a host): what the next run, the removal of an instance, the bench
 # and monitoring roles need to know of it, as data.
 RECORD_KEYS = ("unit", "name", "role", "host", "url", "health_url", "metrics_url", "python", "module", "impl",
-               "engine", "kv_contract", "port",
+               "engine", "kv_contract", "port", "model_path", "model_revision",
                "bootstrap_port", "gpus", "environment_file", "expected_workers", "restart_key",
                "worker_urls")  # fmt: skip
 
