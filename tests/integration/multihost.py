@@ -65,8 +65,24 @@ def sandbox_up_command(name):
             "--topology", ",".join(TOPOLOGIES)]  # fmt: skip
 
 
-def write_inventory(directory, name, extra_vars=None):
-    """The multi-host inventory of sandbox NAME in DIRECTORY; returns {role: [host]} and the addresses."""
+# Issue 40: the deployment stages its model from a hub source, the test bed's hub double (tests/sandbox/hubsim) on this
+# controller; each guest reaches the controller at its own veth address (tests/sandbox/nspawn.py host_address), so each
+# worker host's source names its own endpoint (host_vars). A repository of two ~1 MiB shards (hubsim.generate).
+MODEL_REPO = "deepseek-ai/DeepSeek-V4-Flash"
+MODEL_SHARDS = {"shards": 2, "shard_bytes": 1 << 20}
+
+
+# The revision is a variable of the test (group_vars), so a test changes it for every host with one extra var.
+MODEL_SOURCE = {
+    "hub": MODEL_REPO,
+    "revision": "{{ test_model_revision }}",
+    "endpoint": "http://{{ test_hub_address }}:{{ test_hub_port }}",
+}
+
+
+def write_inventory(directory, name, extra_vars=None, hub=None):
+    """The multi-host inventory of sandbox NAME in DIRECTORY; returns {role: [host]} and the addresses.
+    hub: {port, revision}: every worker host stages the model from the hub double at its own veth address."""
     directory = Path(directory)
     (directory / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
     (directory / "host_vars").mkdir(exist_ok=True)
@@ -79,11 +95,15 @@ def write_inventory(directory, name, extra_vars=None):
         if role != "router":
             entry["sglang_advertise_address"] = host["address"]
         children[role]["hosts"][host["name"]] = entry
-        layout.setdefault(role, []).append({"name": host["name"], "address": host["address"]})
+        layout.setdefault(role, []).append({"name": host["name"], "address": host["address"],
+                                            "host_address": host["host_address"]})  # fmt: skip
+        host_vars = {}
         if index in DECODE_INSTANCES:
-            (directory / "host_vars" / f"{host['name']}.yml").write_text(
-                yaml.safe_dump({"sglang_decode_instances": [DECODE_INSTANCES[index]]})
-            )
+            host_vars["sglang_decode_instances"] = [DECODE_INSTANCES[index]]
+        if hub and role != "router":
+            host_vars.update(sglang_model_source=MODEL_SOURCE, test_hub_address=host["host_address"])
+        if host_vars:
+            (directory / "host_vars" / f"{host['name']}.yml").write_text(yaml.safe_dump(host_vars))
     inventory = {
         "all": {
             "vars": {
@@ -98,7 +118,10 @@ def write_inventory(directory, name, extra_vars=None):
     # group_vars/all/: the example's, then the sandbox's stand-ins over it, then the test's settings.
     (directory / "group_vars" / "all" / "10-example.yml").symlink_to(EXAMPLE / "all.yml")
     (directory / "group_vars" / "all" / "20-sandbox.yml").symlink_to(SANDBOX_VARS / "all.yml")
-    (directory / "group_vars" / "all" / "30-test.yml").write_text(yaml.safe_dump({**TEST_VARS, **(extra_vars or {})}))
+    hub_vars = {"test_hub_port": hub["port"], "test_model_revision": hub["revision"]} if hub else {}
+    (directory / "group_vars" / "all" / "30-test.yml").write_text(
+        yaml.safe_dump({**TEST_VARS, **hub_vars, **(extra_vars or {})})
+    )
     for group in ("prefill", "decode", "router"):
         (directory / "group_vars" / f"{group}.yml").symlink_to(EXAMPLE / f"{group}.yml")
     return layout

@@ -6,6 +6,7 @@ The tests ask the services what happened: the router's worker list, the simulato
 (/sim/requests) on every worker, and the prefill bootstrap server's handoff state of each room.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -16,8 +17,10 @@ import time
 import faults
 import pytest
 import yaml
-from multihost import DECODE_INSTANCES, TEST_VARS, sandbox_up_command, write_inventory
+from multihost import DECODE_INSTANCES, MODEL_REPO, MODEL_SHARDS, TEST_VARS, sandbox_up_command, write_inventory
 from sandbox_hosts import REPO, VENV_BIN, debug_messages, down, run, ssh_config
+
+from tests.sandbox import hubsim
 
 SANDBOX = os.environ.get("DISAGG_MULTIHOST_SANDBOX", "clm")  # hosts clm-1..4
 pytestmark = pytest.mark.usefixtures("sandbox_root")  # not root: fails, never skips (conftest.py)
@@ -39,20 +42,55 @@ def recap(stdout):
     return hosts
 
 
+# Issue 40: the model comes from a hub source, the test bed's hub double on this controller, which counts every byte
+# it sends per client (its own record, GET /hubsim/stats). Revision 0 is deployed; revision 1 is a revision change;
+# revision 2's index names a shard the repository lacks (a broken revision).
+MODEL_REVISIONS = [hubsim.generate(seed, **MODEL_SHARDS) for seed in (0, 1)]
+
+
+def broken_revision():
+    rev = hubsim.generate(2, **MODEL_SHARDS)
+    files = {p: d for p, d in rev.files.items() if p != "model-00002-of-00002.safetensors"}
+    commit = hashlib.sha1(
+        "".join(f"{p}\0{hubsim.git_blob_id(d)}\n" for p, d in sorted(files.items())).encode()
+    ).hexdigest()
+    return hubsim.Revision(commit=commit, files=files)
+
+
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def hub():
+    revisions = [*MODEL_REVISIONS, broken_revision()]
+    server = hubsim.start(hubsim.Hub({MODEL_REPO: revisions}), host="0.0.0.0", port=0)
+    try:
+        yield {"server": server, "hub": server.hub, "port": server.server_address[1], "revisions": revisions}
+    finally:
+        server.shutdown()
+
+
+def model_bytes(revision):
+    return sum(len(d) for d in revision.files.values())
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, hub):
     run([str(VENV_BIN / "python"), *sandbox_up_command(SANDBOX)])
     try:
         inv = tmp_path_factory.mktemp("multihost-inventory")
-        layout = write_inventory(inv, SANDBOX)
+        layout = write_inventory(inv, SANDBOX, hub={"port": hub["port"], "revision": hub["revisions"][0].commit})
         first = second = None
+        stats = {}
         if not REUSE:
+            hub["hub"].reset()
             first = run([str(VENV_BIN / "ansible-playbook"), "-i", str(inv), "site.yml"], timeout=1500)
+            stats["first"] = hub["hub"].stats()
+            hub["hub"].reset()
             second = run([str(VENV_BIN / "ansible-playbook"), "-i", str(inv), "site.yml"], timeout=1500)
+            stats["second"] = hub["hub"].stats()
             print(f"converge {first.seconds:.1f} s, rerun {second.seconds:.1f} s")
         router_host = layout["router"][0]["name"]
         run(["scp", "-q", "-F", str(ssh_config(SANDBOX)), str(LOAD), f"{router_host}:{GUEST_LOAD}"])
-        yield {"inventory": inv, "layout": layout, "first": first, "second": second, "vars": {}}
+        yield {"inventory": inv, "layout": layout, "first": first, "second": second, "vars": {}, "hub": hub,
+               "hub_stats": stats}  # fmt: skip
     finally:
         if not os.environ.get("DISAGG_MULTIHOST_KEEP"):
             down(SANDBOX)
@@ -78,6 +116,136 @@ def test_rerun_changes_nothing(cluster):
     counts = recap(cluster["second"].stdout)
     assert set(counts) == {h["name"] for hs in cluster["layout"].values() for h in hs}
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
+    # the rerun downloads nothing: the hub sent no file byte (the preflight's one model-info answer is all it asked)
+    assert cluster["hub_stats"]["second"]["file_bytes"] == 0, cluster["hub_stats"]["second"]
+
+
+def model_line(output):
+    return next(m for m in debug_messages(output) if str(m).startswith("model "))
+
+
+def staged_dirs(host):
+    return sorted(on(host, "ls -1 /opt/models | grep -- '-[0-9a-f]\\{40\\}$' || true").split())
+
+
+def test_a_bare_cluster_took_one_copy_of_the_model_from_the_hub_and_the_rest_from_a_peer(cluster, capsys):
+    if REUSE:
+        pytest.fail("DISAGG_MULTIHOST_REUSE: no converge in this session (development mode)")
+    revision = cluster["hub"]["revisions"][0]
+    one_copy = model_bytes(revision)
+    stats = cluster["hub_stats"]["first"]
+    line = model_line(cluster["first"].stdout)
+    report(capsys, f"first converge: hub file bytes {stats['file_bytes']} (one copy {one_copy}); {line}")
+    # the hub's own count: one copy for the whole cluster of three worker hosts
+    assert stats["file_bytes"] == one_copy, stats
+    workers = cluster["layout"]["prefill"] + cluster["layout"]["decode"]
+    assert f"{one_copy} bytes from the hub onto" in line and f"{2 * one_copy} bytes from" in line, line
+    staged = f"DeepSeek-V4-Flash-{revision.commit}"
+    for host in workers:
+        assert staged_dirs(host["name"]) == [staged], host
+        records = on(host["name"], "cat /var/lib/disagg-sglang/deployed/sglang-*.json")
+        assert f"/opt/models/{staged}" in records and revision.commit in records, host
+
+
+def worker_hosts(cluster):
+    return [h["name"] for h in cluster["layout"]["prefill"] + cluster["layout"]["decode"]]
+
+
+def model_records(cluster):
+    """{unit@host: (model_path, model_revision)} of every worker's record."""
+    found = {}
+    for host in worker_hosts(cluster):
+        for path in on(host, "ls /var/lib/disagg-sglang/deployed/*.json").split():
+            record = json.loads(on(host, f"cat {path}"))
+            if record.get("role") in ("prefill", "decode"):
+                found[f"{record['unit']}@{host}"] = (record.get("model_path"), record.get("model_revision"))
+    return found
+
+
+def test_a_corrupted_file_is_found_and_fetched_again_from_a_peer_and_a_rerun_is_quiet(cluster, capsys):
+    hub = cluster["hub"]["hub"]
+    revision = cluster["hub"]["revisions"][0]
+    victim = cluster["layout"]["decode"][-1]["name"]
+    shard = f"/opt/models/DeepSeek-V4-Flash-{revision.commit}/model-00001-of-00002.safetensors"
+    starts = worker_starts(cluster)
+    on(victim, f"printf 'XXXX' | dd of={shard} bs=1 seek=100 conv=notrunc status=none")
+    hub.reset()
+    first = playbook(cluster, cluster["vars"])
+    line = model_line(first.stdout)
+    after = hub.stats()
+    rerun = playbook(cluster, cluster["vars"])
+    counts = recap(rerun.stdout)
+    report(capsys, f"corrupted {shard} on {victim}: {line}; hub file bytes {after['file_bytes']}; rerun changed "
+                   f"{sum(c['changed'] for c in counts.values())}")  # fmt: skip
+    assert f"files found wrong and fetched again on {victim}" in line, line
+    shard_bytes = len(revision.files["model-00001-of-00002.safetensors"])
+    assert f"{shard_bytes} bytes from" in line, line  # the one wrong file, from a host that held it verified
+    assert after["file_bytes"] == 0, after
+    want = hashlib.sha256(revision.files["model-00001-of-00002.safetensors"]).hexdigest()
+    assert on(victim, f"sha256sum {shard}").split()[0] == want
+    assert worker_starts(cluster) == starts, "a repair restarted a worker"
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
+
+
+def test_check_diff_names_what_a_new_revision_would_fetch_and_fetches_nothing(cluster, capsys):
+    hub = cluster["hub"]["hub"]
+    new = cluster["hub"]["revisions"][1]
+    before = {host: staged_dirs(host) for host in worker_hosts(cluster)}
+    hub.reset()
+    proc = playbook(cluster, {**cluster["vars"], "test_model_revision": new.commit}, "--check", "--diff")
+    stats = hub.stats()
+    said = [m for _h, m in debug_messages(proc.stdout) if f"DeepSeek-V4-Flash-{new.commit}: would fetch" in m]
+    report(capsys, f"--check --diff of revision {new.commit[:8]}: {said[:1]}; hub file bytes {stats['file_bytes']}")
+    assert len(said) == len(worker_hosts(cluster)), said
+    assert all(f"would fetch {len(new.files)} files, {model_bytes(new)} bytes" in m for m in said), said
+    assert "+model-00002-of-00002.safetensors" in proc.stdout, "the diff names no file"
+    assert stats["file_bytes"] == 0, stats
+    assert {host: staged_dirs(host) for host in worker_hosts(cluster)} == before
+
+
+def test_a_revision_change_rolls_under_load_without_a_failed_request(cluster, capsys):
+    hub = cluster["hub"]["hub"]
+    old, new = cluster["hub"]["revisions"][:2]
+    before = model_records(cluster)
+    assert {v for v in before.values()} == {(f"/opt/models/DeepSeek-V4-Flash-{old.commit}", old.commit)}, before
+    hub.reset()
+    since = time.time()
+    output, result = converge_under_load(cluster, {"test_model_revision": new.commit}, ROLLING_LOAD)
+    stats = hub.stats()
+    order = restart_order(output)
+    rerun = recap(playbook(cluster, cluster["vars"]).stdout)
+    report(capsys, f"revision {old.commit[:8]} -> {new.commit[:8]}: {model_line(output)}; hub file bytes "
+                   f"{stats['file_bytes']}; sent {result['total']}, failed {result['total'] - result['ok']}; rerun "
+                   f"changed {sum(c['changed'] for c in rerun.values())}")  # fmt: skip
+    assert stats["file_bytes"] == model_bytes(new), stats
+    by_host = sorted(before, key=lambda k: (not k.startswith("sglang-prefill"), k.split("@")[1], k.split("@")[0]))
+    assert order == by_host, order
+    assert spanned(result) and result["errors"] == {} and result["ok"] == result["total"], result["errors"]
+    judge_restarts(cluster, result, [u.split("@") for u in order], since, capsys)
+    after = model_records(cluster)
+    assert {v for v in after.values()} == {(f"/opt/models/DeepSeek-V4-Flash-{new.commit}", new.commit)}, after
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in rerun.values()), rerun
+    # kept: the revision in use and the previous one (a rollback's)
+    for host in worker_hosts(cluster):
+        assert staged_dirs(host) == sorted(f"DeepSeek-V4-Flash-{r.commit}" for r in (old, new)), host
+
+
+def test_a_revision_missing_a_shard_is_refused_before_any_unit_changes(cluster, capsys):
+    broken = cluster["hub"]["revisions"][2]
+    starts = worker_starts(cluster)
+    models = model_records(cluster)
+    proc = playbook(cluster, {**cluster["vars"], "test_model_revision": broken.commit}, check=False)
+    report(capsys, f"revision {broken.commit[:8]} missing a shard: rc {proc.returncode}")
+    assert proc.returncode != 0
+    flat = " ".join(proc.stdout.split())
+    assert f"the staged revision /opt/models/DeepSeek-V4-Flash-{broken.commit} of sglang_model_source is not a " \
+           "model sglang can load: model-00002-of-00002.safetensors, named by model.safetensors.index.json, is " \
+           "missing" in flat, flat[-3000:]  # fmt: skip
+    assert "PLAY [Prefill and decode, started together]" not in proc.stdout
+    assert worker_starts(cluster) == starts and model_records(cluster) == models
+    # what the refused run staged is no unit's: removed here (the keep-the-last-two step runs after healthy units)
+    for host in worker_hosts(cluster):
+        on(host, f"rm -rf /opt/models/DeepSeek-V4-Flash-{broken.commit}")
 
 
 # Issue 22: the router program is an inventory choice (sglang_router_impl). The day-2 tests below that take the

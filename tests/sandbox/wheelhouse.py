@@ -32,7 +32,9 @@ PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)] + [
     "manylinux2010_x86_64",
     "manylinux1_x86_64",
 ]
-WITH_DEPS = ["sglang-router==0.3.2", "smg==1.13.0", "nvidia-ml-py==13.615.71", "numpy", "pip", "setuptools", "wheel"]
+# huggingface_hub: the simulator's dependency, as sglang's (the engine venv stages a model source with it)
+WITH_DEPS = ["sglang-router==0.3.2", "smg==1.13.0", "nvidia-ml-py==13.615.71", "numpy", "pip", "setuptools", "wheel",
+             "huggingface_hub==2.4.0"]  # fmt: skip
 # nixl is the meta package that provides `nixl._api` (the import sglang makes); nixl-cu13 the CUDA 13 build.
 NO_DEPS = ["nixl==1.5.1", "nixl-cu13==1.5.1"]
 # The benchmark client of playbooks/bench.yml (roles/sglang_bench installs it into its own venv on the

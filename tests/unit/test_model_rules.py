@@ -5,7 +5,7 @@ import hashlib
 import json
 
 import pytest
-from ansible_collections.disagg.sglang.plugins.module_utils.model import hub_client, manifest, source, staging
+from ansible_collections.disagg.sglang.plugins.module_utils.model import cluster, hub_client, manifest, source, staging
 
 C1 = "0123456789abcdef0123456789abcdef01234567"
 C2 = "89abcdef0123456789abcdef0123456789abcdef"
@@ -284,3 +284,45 @@ def test_the_hub_clients_request_carries_no_token_and_its_environment_does_only_
     assert hub_client.environment("hf_x", "/m/.hf-home")["HF_TOKEN"] == "hf_x"
     assert "HF_TOKEN" not in hub_client.environment(None, "/m/.hf-home")
     assert hub_client.answer('noise\n{"client": "2.4.0", "sha": "x"}\n') == {"client": "2.4.0", "sha": "x"}
+
+
+# Once per cluster from outside (model/cluster.py): the holder is the first host that holds the revision verified,
+# else the first host; only hosts that lack a file copy from it, and it serves only when one does.
+@pytest.mark.parametrize(
+    ("needs", "want"),
+    [
+        (
+            {"a": {"fetched": ["x"]}, "b": {"fetched": ["x"]}, "c": {"fetched": ["x"]}},
+            {"holder": "a", "peers": ["b", "c"], "serve": True},
+        ),
+        (
+            {"a": {"fetched": ["x"]}, "b": {"fetched": []}, "c": {"fetched": ["x"]}},
+            {"holder": "b", "peers": ["a", "c"], "serve": True},
+        ),
+        ({"a": {"fetched": []}, "b": {"fetched": []}}, {"holder": "a", "peers": [], "serve": False}),
+        # a host whose preflight step was skipped (no units) stages nothing
+        ({"a": {}, "b": {"skipped": True}, "c": {"fetched": ["x"]}}, {"holder": "c", "peers": [], "serve": False}),
+        ({}, {"holder": None, "peers": [], "serve": False}),
+    ],
+    ids=["bare", "one-holds-it", "all-hold-it", "skipped-hosts", "none"],
+)
+def test_one_host_fetches_from_outside_and_only_hosts_lacking_a_file_copy_from_it(needs, want):
+    assert cluster.staging_plan(needs, ["a", "b", "c"]) == want
+
+
+def test_the_report_names_the_bytes_from_outside_and_from_peers_and_their_rate():
+    results = {
+        "a": {"path": f"/m/M-{C1}", "bytes_fetched": 3_000_000_000, "seconds": 2.0},
+        "b": {"path": f"/m/M-{C1}", "bytes_fetched": 3_000_000_000, "seconds": 1.0},
+        "c": {"path": f"/m/M-{C1}", "bytes_fetched": 1_000, "seconds": 0.5, "repaired": True},
+        "d": {"skipped": True},
+    }
+    out = cluster.report(results, "a", "hub")
+    assert out["outside_bytes"] == 3_000_000_000 and out["outside_gbps"] == 1.5
+    assert out["peer_bytes"] == 3_000_001_000 and out["peer_gbps"] == 3.0
+    assert out["repaired"] == ["c"]
+    assert out["line"].startswith(f"model M-{C1}: 3000000000 bytes from the hub onto a in 2.0 s (1.5 GB/s); ")
+    assert "3000001000 bytes from a to 2 host(s) (b, c) in 1.0 s (3.0 GB/s)" in out["line"]
+    quiet = cluster.report({"a": {"path": "/m/M", "bytes_fetched": 0}, "b": {"path": "/m/M", "bytes_fetched": 0}},
+                           "a", "hub")  # fmt: skip
+    assert quiet["line"] == "model M: 0 bytes from the hub onto a; 0 bytes from a to 0 host(s)"

@@ -44,7 +44,7 @@ SETTINGS = {
     "stop_timeout": "sglang_stop_timeout",
     "drain_timeout": "sglang_rolling_drain_timeout",
 }
-SECRETS = ("sglang_hf_token", "sglang_router_api_key", "sglang_worker_api_key")
+SECRETS = ("sglang_hf_token", "sglang_hub_token", "sglang_router_api_key", "sglang_worker_api_key")
 # the variables the account rule looks at beyond the settings (plan.settings_problems)
 USER_VARS = (
     "sglang_unit_dir",
