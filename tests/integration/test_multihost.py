@@ -121,7 +121,7 @@ def test_rerun_changes_nothing(cluster):
 
 
 def model_line(output):
-    return next(m for m in debug_messages(output) if str(m).startswith("model "))
+    return next(m for _host, m in debug_messages(output) if m.startswith("model "))
 
 
 def staged_dirs(host):

@@ -16,7 +16,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from ansible.module_utils import testing
 from ansible_collections.disagg.sglang.plugins.module_utils.model import staging
-from ansible_collections.disagg.sglang.plugins.modules import model_check
+from ansible_collections.disagg.sglang.plugins.modules import model_check, model_prune
 from ansible_collections.disagg.sglang.plugins.modules import model_stage as module
 
 from tests.http_client import free_port, http
@@ -383,3 +383,34 @@ def test_a_holder_serves_its_staged_revision_to_a_peer_which_resumes_and_the_hub
         old.files["config.json"]
     )
     assert stats(server.url)["file_bytes"] == old.total_bytes
+
+
+def prune(capsys, **args):
+    with testing.patch_module_args(args), pytest.raises(SystemExit) as done:
+        model_prune.main()
+    return done.value.code, json.loads(capsys.readouterr().out)
+
+
+def test_prune_keeps_what_a_record_uses_this_runs_and_the_previous_revision_and_never_an_unstamped_dir(
+    capsys, tmp_path
+):
+    models, records = tmp_path / "models", tmp_path / "deployed"
+    records.mkdir()
+    for age, name in enumerate(["M-r1", "M-r2", "M-r3", "M-r4"]):
+        (models / name).mkdir(parents=True)
+        stamp = models / name / staging.STAMP
+        stamp.write_text("{}")
+        os.utime(stamp, (1000 + age, 1000 + age))
+    (models / "by-hand").mkdir()  # no stamp: not the staging's
+    (models / ".staging-M-r5").mkdir()
+    (records / "sglang-decode0.json").write_text(json.dumps({"unit": "sglang-decode0", "model_path": f"{models}/M-r4"}))
+    # check mode removes nothing and says what it would
+    rc, out = prune(capsys, models_dir=str(models), record_dir=str(records), current=[f"{models}/M-r4"],
+                    _ansible_check_mode=True)  # fmt: skip
+    assert rc == 0 and out["changed"] and out["removed"] == [f"{models}/M-r1", f"{models}/M-r2"]
+    assert sorted(p.name for p in models.iterdir()) == [".staging-M-r5", "M-r1", "M-r2", "M-r3", "M-r4", "by-hand"]
+    rc, out = prune(capsys, models_dir=str(models), record_dir=str(records), current=[f"{models}/M-r4"])
+    assert rc == 0 and out["removed"] == [f"{models}/M-r1", f"{models}/M-r2"]
+    assert sorted(p.name for p in models.iterdir()) == [".staging-M-r5", "M-r3", "M-r4", "by-hand"]
+    rc, out = prune(capsys, models_dir=str(models), record_dir=str(records), current=[f"{models}/M-r4"])
+    assert rc == 0 and not out["changed"] and out["removed"] == []
