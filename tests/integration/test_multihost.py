@@ -207,7 +207,7 @@ def test_a_revision_change_rolls_under_load_without_a_failed_request(cluster, ca
     hub = cluster["hub"]["hub"]
     old, new = cluster["hub"]["revisions"][:2]
     before = model_records(cluster)
-    assert {v for v in before.values()} == {(f"/opt/models/DeepSeek-V4-Flash-{old.commit}", old.commit)}, before
+    assert set(before.values()) == {(f"/opt/models/DeepSeek-V4-Flash-{old.commit}", old.commit)}, before
     hub.reset()
     since = time.time()
     output, result = converge_under_load(cluster, {"test_model_revision": new.commit}, ROLLING_LOAD)
@@ -223,7 +223,7 @@ def test_a_revision_change_rolls_under_load_without_a_failed_request(cluster, ca
     assert spanned(result) and result["errors"] == {} and result["ok"] == result["total"], result["errors"]
     judge_restarts(cluster, result, [u.split("@") for u in order], since, capsys)
     after = model_records(cluster)
-    assert {v for v in after.values()} == {(f"/opt/models/DeepSeek-V4-Flash-{new.commit}", new.commit)}, after
+    assert set(after.values()) == {(f"/opt/models/DeepSeek-V4-Flash-{new.commit}", new.commit)}, after
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in rerun.values()), rerun
     # kept: the revision in use and the previous one (a rollback's)
     for host in worker_hosts(cluster):
