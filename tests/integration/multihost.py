@@ -66,8 +66,8 @@ def sandbox_up_command(name):
 
 
 # Issue 40: the deployment stages its model from a hub source, the test bed's hub double (tests/sandbox/hubsim) on this
-# controller; each guest reaches the controller at its own veth address (tests/sandbox/nspawn.py host_address), so each
-# worker host's source names its own endpoint (host_vars). A repository of two ~1 MiB shards (hubsim.generate).
+# controller; each guest reaches the controller at its own veth address (tests/sandbox/nspawn.py host_address), so the
+# source's endpoint names each worker host's test_hub_address (hosts.yml). A repository of two ~1 MiB shards.
 MODEL_REPO = "deepseek-ai/DeepSeek-V4-Flash"
 MODEL_SHARDS = {"shards": 2, "shard_bytes": 1 << 20}
 
@@ -94,14 +94,14 @@ def write_inventory(directory, name, extra_vars=None, hub=None):
         entry = {"ansible_host": host["address"]}
         if role != "router":
             entry["sglang_advertise_address"] = host["address"]
+        if hub:  # where this guest reaches the hub double (the router host stages nothing; its plan reads the source)
+            entry["test_hub_address"] = host["host_address"]
         children[role]["hosts"][host["name"]] = entry
         layout.setdefault(role, []).append({"name": host["name"], "address": host["address"],
                                             "host_address": host["host_address"]})  # fmt: skip
         host_vars = {}
         if index in DECODE_INSTANCES:
             host_vars["sglang_decode_instances"] = [DECODE_INSTANCES[index]]
-        if hub and role != "router":
-            host_vars.update(sglang_model_source=MODEL_SOURCE, test_hub_address=host["host_address"])
         if host_vars:
             (directory / "host_vars" / f"{host['name']}.yml").write_text(yaml.safe_dump(host_vars))
     inventory = {
@@ -118,7 +118,12 @@ def write_inventory(directory, name, extra_vars=None, hub=None):
     # group_vars/all/: the example's, then the sandbox's stand-ins over it, then the test's settings.
     (directory / "group_vars" / "all" / "10-example.yml").symlink_to(EXAMPLE / "all.yml")
     (directory / "group_vars" / "all" / "20-sandbox.yml").symlink_to(SANDBOX_VARS / "all.yml")
-    hub_vars = {"test_hub_port": hub["port"], "test_model_revision": hub["revision"]} if hub else {}
+    # one source for every worker host (group_vars, as a user writes it: the revision must agree, issue 40's KV rule)
+    hub_vars = (
+        {"sglang_model_source": MODEL_SOURCE, "test_hub_port": hub["port"], "test_model_revision": hub["revision"]}
+        if hub
+        else {}
+    )
     (directory / "group_vars" / "all" / "30-test.yml").write_text(
         yaml.safe_dump({**TEST_VARS, **hub_vars, **(extra_vars or {})})
     )

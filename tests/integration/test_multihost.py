@@ -44,23 +44,20 @@ def recap(stdout):
 
 # Issue 40: the model comes from a hub source, the test bed's hub double on this controller, which counts every byte
 # it sends per client (its own record, GET /hubsim/stats). Revision 0 is deployed; revision 1 is a revision change;
-# revision 2's index names a shard the repository lacks (a broken revision).
+# revision 2's index names a shard the repository lacks (refused after staging, before any unit changes); revision 3
+# stages whole but its last shard's safetensors header is not valid (the engine double, as sglang, dies loading it:
+# the first batch is rolled back).
 MODEL_REVISIONS = [hubsim.generate(seed, **MODEL_SHARDS) for seed in (0, 1)]
-
-
-def broken_revision():
-    rev = hubsim.generate(2, **MODEL_SHARDS)
-    files = {p: d for p, d in rev.files.items() if p != "model-00002-of-00002.safetensors"}
-    commit = hashlib.sha1(
-        "".join(f"{p}\0{hubsim.git_blob_id(d)}\n" for p, d in sorted(files.items())).encode()
-    ).hexdigest()
-    return hubsim.Revision(commit=commit, files=files)
+# The hub asks for a token (401 without it), as a private repository does: sglang_hub_token, never in the run's output.
+HUB_TOKEN = "hf_sandboxTokenNeverShown0123"
 
 
 @pytest.fixture(scope="module")
 def hub():
-    revisions = [*MODEL_REVISIONS, broken_revision()]
-    server = hubsim.start(hubsim.Hub({MODEL_REPO: revisions}), host="0.0.0.0", port=0)
+    broken = [hubsim.generate(2, broken="missing-shard", **MODEL_SHARDS),
+              hubsim.generate(3, broken="header", **MODEL_SHARDS)]  # fmt: skip
+    revisions = [*MODEL_REVISIONS, *broken]
+    server = hubsim.start(hubsim.Hub({MODEL_REPO: revisions}, token=HUB_TOKEN), host="0.0.0.0", port=0)
     try:
         yield {"server": server, "hub": server.hub, "port": server.server_address[1], "revisions": revisions}
     finally:
@@ -76,7 +73,8 @@ def cluster(tmp_path_factory, hub):
     run([str(VENV_BIN / "python"), *sandbox_up_command(SANDBOX)])
     try:
         inv = tmp_path_factory.mktemp("multihost-inventory")
-        layout = write_inventory(inv, SANDBOX, hub={"port": hub["port"], "revision": hub["revisions"][0].commit})
+        layout = write_inventory(inv, SANDBOX, {"sglang_hub_token": HUB_TOKEN},
+                                 hub={"port": hub["port"], "revision": hub["revisions"][0].commit})  # fmt: skip
         first = second = None
         stats = {}
         if not REUSE:
@@ -138,6 +136,9 @@ def test_a_bare_cluster_took_one_copy_of_the_model_from_the_hub_and_the_rest_fro
     report(capsys, f"first converge: hub file bytes {stats['file_bytes']} (one copy {one_copy}); {line}")
     # the hub's own count: one copy for the whole cluster of three worker hosts
     assert stats["file_bytes"] == one_copy, stats
+    # every request carried the token, and no output of either run shows it
+    assert stats["unauthorized"] == 0 and cluster["hub_stats"]["second"]["unauthorized"] == 0
+    assert all(HUB_TOKEN not in proc.stdout + proc.stderr for proc in (cluster["first"], cluster["second"]))
     workers = cluster["layout"]["prefill"] + cluster["layout"]["decode"]
     assert f"{one_copy} bytes from the hub onto" in line and f"{2 * one_copy} bytes from" in line, line
     staged = f"DeepSeek-V4-Flash-{revision.commit}"
@@ -246,6 +247,29 @@ def test_a_revision_missing_a_shard_is_refused_before_any_unit_changes(cluster, 
     # what the refused run staged is no unit's: removed here (the keep-the-last-two step runs after healthy units)
     for host in worker_hosts(cluster):
         on(host, f"rm -rf /opt/models/DeepSeek-V4-Flash-{broken.commit}")
+
+
+def test_a_revision_that_does_not_load_is_rolled_back_under_load(cluster, capsys):
+    broken = cluster["hub"]["revisions"][3]
+    serving = model_records(cluster)
+    since = time.time()
+    output, result = converge_under_load(cluster, {"test_model_revision": broken.commit}, ROLLING_LOAD, succeed=False)
+    order = restart_order(output)
+    record_change(cluster, "model revision that does not load, rolled back", result, since, order)
+    workers = get_json(router(cluster), "http://127.0.0.1:8000/workers")["workers"]
+    report(capsys, f"revision {broken.commit[:8]} (a shard's header not valid): restart order {order}; sent "
+                   f"{result['total']}, failed {result['total'] - result['ok']}")  # fmt: skip
+    assert order and order[0].startswith("sglang-prefill0@"), order
+    assert "did not become healthy after its change" in output, output[-5000:]
+    assert "the old configuration serves again" in output, output[-5000:]
+    assert spanned(result) and result["errors"] == {} and result["ok"] == result["total"], result["errors"]
+    assert model_records(cluster) == serving
+    assert len(workers) == 4 and all(w["is_healthy"] for w in workers), workers
+    # what the refused revision staged is no unit's: removed, so the rerun is the deployment's own
+    for host in worker_hosts(cluster):
+        on(host, f"rm -rf /opt/models/DeepSeek-V4-Flash-{broken.commit}")
+    rerun = recap(playbook(cluster, cluster["vars"]).stdout)
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in rerun.values()), rerun
 
 
 # Issue 22: the router program is an inventory choice (sglang_router_impl). The day-2 tests below that take the
