@@ -81,6 +81,17 @@ class ActionModule(ActionBase):
             # the program each deployed router unit runs: the run talks to it until it restarts it
             running_impls={u["unit"]: sf.running_impl(deployed.get(u["unit"]), u["impl"]) for u in units},
             running_impl=sf.running_impl(deployed.get(units[0]["unit"]), units[0]["impl"]),
+            # where the worker API calls of a run reach each router (router_workers' routers): its unit, host, URL
+            # and the program that answers there now
+            endpoints=[
+                {
+                    "unit": u["unit"],
+                    "host": host,
+                    "url": u["url"],
+                    "implementation": sf.running_impl(deployed.get(u["unit"]), u["impl"]),
+                }
+                for u in units
+            ],
             # whether the routers' command lines still need their parser's check: not where each router's record says
             # this parser accepted this command line (units.argv_key, as plan.cli_check_groups leaves it out)
             cli_check=len(plan.cli_check_groups({host: units}, {}, {host: deployed})) > 0,

@@ -72,6 +72,14 @@ running_impls:
   description: The router program each deployed router unit runs, by unit (as RV(running_impl)).
   returned: success
   type: dict
+endpoints:
+  description:
+    - Where the worker API calls of a run reach each router unit of RV(units) (M(disagg.sglang.router_workers)'s
+      O(disagg.sglang.router_workers#module:routers)), each C({unit, host, url, implementation}); C(implementation)
+      is the program that answers there now (as RV(running_impl)).
+  returned: success
+  type: list
+  elements: dict
 running_impl:
   description:
     - The router program the deployed router unit of RV(unit) runs (its record's C(impl)), or the planned one where

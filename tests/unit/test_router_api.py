@@ -420,3 +420,160 @@ def test_smg_takes_409_for_a_url_it_already_registers_and_names_any_other_refusa
     api.call = lambda method, path, body=None: (400, {"error": "invalid worker spec"})
     with pytest.raises(ra.RouterApiError, match=r"POST .*/workers \(http://.*\) answered 400: .*invalid worker spec"):
         api.add(D1, "")
+
+
+def test_exact_takes_out_only_the_removable_workers_where_given():
+    """The router play's hand-over takes out what the collection handed the router (its record's worker_urls); a
+    worker someone else added is left for the end check to name."""
+    to_add, to_remove = ra.changes(listing(P0, P1, D0, D1), [P0, D0], "exact", removable={P1["url"]})
+    assert (to_add, urls(to_remove)) == ([], [P1["url"]])
+    _to_add, to_remove = ra.changes(listing(P0, P1, D0, D1), [P0, D0], "exact", removable=set())
+    assert to_remove == []
+
+
+def test_an_exact_hand_over_does_not_wait_for_a_worker_it_may_not_take_out():
+    """A worker added by hand (not removable) stays listed: the hand-over settles at once, and the end check names
+    it (found in the sandbox: the hand-over waited out its 60 s for a listing it would never make)."""
+    router = FakeRouter([P0, D0, D1])
+    clock = Clock()
+    options = {"timeout": 60, "poll": 1, "removable": [P0["url"], D0["url"]]}
+    result = ra.converge(router, [P0, D0], "exact", options, sleep=clock.sleep, clock=clock)
+    assert result["settled"] and not result["changed"] and router.calls == ["GET"] and clock.now == 0.0
+    assert not ra.settled(listing(P0, P1, D0), [P0, D0], "exact", removable={P1["url"]})  # still to go: waited for
+    assert ra.settled(listing(P0, D0, D1), [P0, D0], "exact", removable=set())
+
+
+def converge_all(routers, desired, state, *, timeout=60, check_mode=False, removable=None):
+    clock = Clock()
+    options = {"worker_api_key": "wk", "timeout": timeout, "poll": 1, "check_mode": check_mode,
+               "removable": removable}  # fmt: skip
+    return ra.converge_all(routers, desired, state, options, sleep=clock.sleep, clock=clock), clock
+
+
+def test_every_router_of_a_host_takes_the_change_and_one_wait_covers_them_all():
+    a, b = FakeRouter([P0, D0, D1], lag=3), FakeRouter([P0, D0, D1], lag=3)
+    result, clock = converge_all({"sglang-router-a": a, "sglang-router-b": b}, [D1], "absent")
+    assert result["settled"] and result["changed"] and result["removed"] == [D1["url"]]
+    assert [(r["name"], r["removed"], r["settled"]) for r in result["routers"]] == [
+        ("sglang-router-a", [D1["url"]], True), ("sglang-router-b", [D1["url"]], True)]  # fmt: skip
+    assert "DELETE id-30011" in a.calls and "DELETE id-30011" in b.calls
+    # both changed before the first wait: the listings show it after 2 s, not 2 s per router
+    assert clock.now == 2.0
+
+
+def test_a_router_that_does_not_settle_is_named_and_the_others_are_not():
+    a, b = FakeRouter([P0, D0], lag=1), FakeRouter([P0, D0], lag=1000)
+    result, clock = converge_all({"a": a, "b": b}, [D1], "present", timeout=5)
+    assert not result["settled"] and clock.now == 5.0
+    assert [(r["name"], r["settled"]) for r in result["routers"]] == [("a", True), ("b", False)]
+
+
+def test_routers_already_in_state_are_read_once_each():
+    a, b = FakeRouter([P0, D0]), FakeRouter([P0, D0])
+    result, clock = converge_all({"a": a, "b": b}, [P0, D0], "exact")
+    assert not result["changed"] and result["settled"] and a.calls == b.calls == ["GET"] and clock.now == 0.0
+
+
+def test_check_mode_over_several_routers_changes_nothing():
+    a, b = FakeRouter([P0, D0]), FakeRouter([P0, P1, D0])
+    result, _clock = converge_all({"a": a, "b": b}, [P0, D0], "exact", check_mode=True)
+    assert result["changed"] and [r["removed"] for r in result["routers"]] == [[], [P1["url"]]]
+    assert a.calls == b.calls == ["GET"]
+
+
+# The end check's logic on one router's listing: name -> (listed, unhealthy, planned, foreign?, pending)
+CONSISTENCY = {
+    "exactly the plan, healthy": ([P0, D0], [], [P0, D0], 0, []),
+    "a worker the plan does not have": ([P0, D0, D1], [], [P0, D0], 1, []),
+    "a planned worker missing": ([P0], [], [P0, D0], 0, ["router r1@h1 does not list decode http://10.0.0.3:30001"]),
+    "a planned worker unhealthy": ([P0, D0], [D0], [P0, D0], 0,
+                                   ["router r1@h1 lists decode http://10.0.0.3:30001 not healthy"]),
+    "an extra one and a missing one": ([P0, D1], [], [P0, D0], 1,
+                                       ["router r1@h1 does not list decode http://10.0.0.3:30001"]),
+    "no worker at all": ([], [], [P0, D0], 0, ["router r1@h1 does not list prefill http://10.0.0.2:30000",
+                                               "router r1@h1 does not list decode http://10.0.0.3:30001"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CONSISTENCY, ids=list(CONSISTENCY))
+def test_consistency_problems(case):
+    current, unhealthy, desired, n_foreign, pending = CONSISTENCY[case]
+    found = ra.consistency_problems("r1@h1", listing(*current, unhealthy=unhealthy), desired)
+    assert found["pending"] == pending
+    assert len(found["foreign"]) == n_foreign
+    if n_foreign:
+        assert found["foreign"][0] == (
+            "router r1@h1 lists decode http://10.0.0.4:30011 (id id-30011), which the plan does not have: take it out "
+            "of that router (DELETE /workers/{id}) or declare its instance in the inventory"
+        )
+
+
+def check_all(routers, desired, timeout=30):
+    clock = Clock()
+    return ra.check_all(routers, desired, {"timeout": timeout, "poll": 1}, sleep=clock.sleep, clock=clock), clock
+
+
+def test_the_end_check_fails_at_once_naming_the_router_that_lists_a_worker_the_plan_does_not_have():
+    """Added by hand to one router of two: the check ends on the first reading, naming that router and worker,
+    and takes nothing out."""
+    a, b = FakeRouter([P0, D0]), FakeRouter([P0, D0, D1])
+    result, clock = check_all({"sglang-router-a@h1": a, "sglang-router-b@h1": b}, [P0, D0])
+    assert clock.now == 0.0 and a.calls == b.calls == ["GET"]
+    assert result["problems"] == [
+        "router sglang-router-b@h1 lists decode http://10.0.0.4:30011 (id id-30011), which the plan does not have: "
+        "take it out of that router (DELETE /workers/{id}) or declare its instance in the inventory"
+    ]
+
+
+def test_the_end_check_waits_within_its_bound_for_a_planned_worker_to_become_healthy():
+    a = FakeRouter([P0, D0])
+    b = FakeRouter([P0])
+    b.add(D0, "wk")  # registered in the background: listed at the 2nd reading (1 s), healthy at the 3rd (2 s)
+    result, clock = check_all({"a": a, "b": b}, [P0, D0])
+    assert result["problems"] == [] and clock.now == 2.0
+    assert a.calls == ["GET"]  # a router that was consistent is not read again
+
+
+def test_the_end_check_names_what_is_still_missing_at_its_bound():
+    a = FakeRouter([P0])
+    result, clock = check_all({"a": a}, [P0, D0], timeout=4)
+    assert clock.now == 4.0 and result["problems"] == ["router a does not list decode http://10.0.0.3:30001"]
+
+
+def test_the_module_reaches_every_router_given_as_unit_specs(http_router, capsys):
+    """Two router unit specs of the plan on one loopback router (the stand-in serves both URLs' worker API): each
+    takes the change, the result names each."""
+    url, state = http_router
+    routers = [{"unit": "sglang-router-a", "url": url, "impl": "sglang_router", "host": "h1"},
+               {"unit": "sglang-router-b", "url": url + "/", "impl": "sglang_router", "host": "h1"}]  # fmt: skip
+    rc, out = run_module({"routers": routers, "api_key": RK, "workers": [D1], "state": "present", "timeout": 10,
+                          "poll": 0.1, "worker_api_key": "wk"}, capsys)  # fmt: skip
+    assert rc == 0 and out["changed"] and out["added"] == [D1["url"]], out
+    assert [r["name"] for r in out["routers"]] == ["sglang-router-a@h1", "sglang-router-b@h1"]
+    # the first router posted it; the second found it listed by then or posted it too (the stand-in is one router)
+    assert 1 <= len(state["posted"]) <= 2
+
+
+def test_the_module_end_check_fails_naming_the_router_and_the_worker_added_by_hand(http_router, capsys):
+    url, state = http_router
+    routers = [{"unit": "sglang-router", "url": url, "impl": "sglang_router", "host": "h1"}]
+    rc, out = run_module({"routers": routers, "api_key": RK, "workers": [P0, D0], "state": "consistent",
+                          "timeout": 5, "poll": 0.1}, capsys)  # fmt: skip
+    assert rc == 0 and not out["changed"] and out["problems"] == [], out
+    with state["lock"]:  # a worker added by hand, outside the plan
+        state["workers"][D1["url"]] = {"id": "w7", "url": D1["url"], "worker_type": "decode", "is_healthy": True}
+    rc, out = run_module({"routers": routers, "api_key": RK, "workers": [P0, D0], "state": "consistent",
+                          "timeout": 5, "poll": 0.1}, capsys)  # fmt: skip
+    assert rc == 1 and out["waited"] < 1, out
+    assert out["msg"] == (
+        "the routers do not list exactly the planned workers, each healthy (checked for up to 5 s): router "
+        "sglang-router@h1 lists decode http://10.0.0.4:30011 (id w7), which the plan does not have: take it out of "
+        "that router (DELETE /workers/{id}) or declare its instance in the inventory"
+    )
+    assert D1["url"] in state["workers"]  # the check takes nothing out
+
+
+def test_the_module_refuses_both_url_and_routers(capsys):
+    rc, out = run_module({"url": "http://127.0.0.1:8000", "routers": [{"url": "http://127.0.0.1:8001"}],
+                          "workers": [P0]}, capsys)  # fmt: skip
+    assert rc == 1 and "mutually exclusive" in out["msg"], out

@@ -77,6 +77,11 @@ def test_router_plan_plans_a_unit_per_router_instance_through_ansible(planned, t
     assert [u["unit"] for u in result["units"]] == ["sglang-router-a", "sglang-router-b"]
     assert result["unit"] == result["units"][0]
     assert result["running_impls"] == {"sglang-router-a": "sglang_router", "sglang-router-b": "sglang_router"}
+    # where the rolling and retire steps reach each of them (roles/sglang_worker/tasks/router_key.yml)
+    assert result["endpoints"] == [
+        {"unit": "sglang-router-a", "host": HOST, "url": "http://127.0.0.1:8001", "implementation": "sglang_router"},
+        {"unit": "sglang-router-b", "host": HOST, "url": "http://127.0.0.1:8002", "implementation": "sglang_router"},
+    ]
 
 
 def test_router_plan_fails_naming_the_router_instance_and_the_fix(planned, tmp_path):

@@ -4,7 +4,9 @@
 the router lists, adding and removing them, and waiting until the listing shows the change.
 
 Used by the rolling restart (a batch out, then back in), by the retirement of instances the inventory no longer
-has, and by the router play (the running router's list made the planned one, without a restart). Pure decisions
+has, and by the router play (the running router's list made the planned one, without a restart), each call reaching
+every router of a host at once (converge_all; a deployment of several routers, issue 39), and by the run's end check
+(consistency_problems: every router lists exactly the planned workers, each healthy). Pure decisions
 (changes, settled) plus one loop whose HTTP calls, sleep and clock are injected, so every outcome is tested
 without a router (tests/unit/test_router_api.py).
 
@@ -90,11 +92,13 @@ def listed(answer, ready_statuses=None):
     ]
 
 
-def changes(current, desired, state):
+def changes(current, desired, state, removable=None):
     """(to_add, to_remove): the desired workers ({url, worker_type, ...}) the router does not list yet, and the
     listed workers ({id, url, ...}) to take out, for STATE:
     present: add what is missing, take nothing out; absent: take the desired ones out; exact: both, and take out
-    every listed worker that is not desired (the listing becomes exactly the desired set)."""
+    every listed worker that is not desired (the listing becomes exactly the desired set) - only those whose URL is
+    in REMOVABLE where it is given (the workers the collection handed that router: a worker someone else added is
+    left for the end check to name)."""
     if state not in STATES:
         raise RouterApiError(f"state {state!r}: one of {', '.join(STATES)}")
     wanted = {w["url"] for w in desired}
@@ -102,19 +106,27 @@ def changes(current, desired, state):
     if state == "absent":
         return [], [w for w in current if w["url"] in wanted]
     to_add = [w for w in desired if w["url"] not in have]
-    to_remove = [w for w in current if w["url"] not in wanted] if state == "exact" else []
+    to_remove = (
+        [w for w in current if w["url"] not in wanted and (removable is None or w["url"] in removable)]
+        if state == "exact"
+        else []
+    )
     return to_add, to_remove
 
 
-def settled(current, desired, state):
+def settled(current, desired, state, removable=None):
     """Whether the listing shows STATE reached: present: every desired worker listed and healthy; absent: none of
-    them listed; exact: the listed URLs are the desired ones, each healthy."""
+    them listed; exact: the listed URLs are the desired ones, each healthy - where REMOVABLE is given, a listed
+    worker outside it is not waited for (changes leaves it, for the end check to name)."""
     wanted = {w["url"] for w in desired}
     healthy = {w["url"] for w in current if w["healthy"]}
     if state == "absent":
         return not wanted & {w["url"] for w in current}
     if state == "exact":
-        return {w["url"] for w in current} == wanted and wanted <= healthy
+        listed = {w["url"] for w in current}
+        if removable is not None:
+            listed = {u for u in listed if u in wanted or u in removable}
+        return listed == wanted and wanted <= healthy
     return wanted <= healthy
 
 
@@ -201,8 +213,9 @@ def converge(api, desired, state, options, *, sleep=time.sleep, clock=time.monot
     """Make the router's listing reach STATE for DESIRED and wait until it shows it.
 
     options: {worker_api_key, timeout (seconds to wait for the listing), poll (seconds between readings),
-    check_mode}. Returns {changed, added, removed, workers (the last listing), settled, waited}; a listing that
-    does not settle within the timeout returns settled False (the caller fails, naming what the router lists).
+    check_mode, removable (changes' REMOVABLE; None: any)}. Returns {changed, added, removed, workers (the last
+    listing), settled, waited}; a listing that does not settle within the timeout returns settled False (the
+    caller fails, naming what the router lists).
     """
     started = clock()
     deadline = started + float(options.get("timeout", 60))
@@ -214,7 +227,8 @@ def converge(api, desired, state, options, *, sleep=time.sleep, clock=time.monot
             if clock() >= deadline:
                 raise
             sleep(float(options.get("poll", 0.25)))
-    to_add, to_remove = changes(current, desired, state)
+    removable = options.get("removable")
+    to_add, to_remove = changes(current, desired, state, None if removable is None else set(removable))
     result = {
         "changed": bool(to_add or to_remove),
         "added": [w["url"] for w in to_add],
@@ -228,9 +242,116 @@ def converge(api, desired, state, options, *, sleep=time.sleep, clock=time.monot
         api.add(worker, options.get("worker_api_key") or "")
     if result["changed"]:
         current = api.workers()
-    while not settled(current, desired, state):
+    while not settled(current, desired, state, removable):
         if clock() >= deadline:
             return {**result, "workers": current, "settled": False, "waited": round(clock() - started, 1)}
         sleep(float(options.get("poll", 0.25)))
         current = api.workers()
     return {**result, "workers": current, "settled": True, "waited": round(clock() - started, 1)}
+
+
+def _first_reading(api, deadline, options, sleep, clock):
+    """The router's listing, waiting (within the deadline) for a router that does not answer yet."""
+    while True:  # a router started a moment ago answers once it listens: wait for it, within the timeout
+        try:
+            return api.workers()
+        except RouterNotAnswering:
+            if clock() >= deadline:
+                raise
+            sleep(float(options.get("poll", 0.25)))
+
+
+def converge_all(apis, desired, state, options, *, sleep=time.sleep, clock=time.monotonic):
+    """converge for every router of APIS ({name: api}) at once: each router's changes are made first, then every
+    listing is read until each shows STATE, so N routers cost one wait, not N (SMG keeps a removed worker draining
+    for its settle time, 5 s).
+
+    options: converge's, and removable (changes' REMOVABLE). Returns {changed, added, removed (URLs, over all
+    routers), settled (every router), waited, routers: [{name, url, added, removed, workers, settled}]}."""
+    started = clock()
+    deadline = started + float(options.get("timeout", 60))
+    removable = options.get("removable")
+    routers = []
+    for name, api in apis.items():
+        current = _first_reading(api, deadline, options, sleep, clock)
+        to_add, to_remove = changes(current, desired, state, None if removable is None else set(removable))
+        routers.append({"name": name, "url": getattr(api, "url", ""), "api": api, "workers": current,
+                        "added": [w["url"] for w in to_add], "removed": [w["url"] for w in to_remove],
+                        "to_add": to_add, "to_remove": to_remove})  # fmt: skip
+    if not options.get("check_mode"):
+        for router in routers:
+            for worker in router["to_remove"]:
+                router["api"].remove(worker)
+            for worker in router["to_add"]:
+                router["api"].add(worker, options.get("worker_api_key") or "")
+            if router["to_add"] or router["to_remove"]:
+                router["workers"] = router["api"].workers()
+        while True:
+            waiting = [r for r in routers if not settled(r["workers"], desired, state, removable)]
+            if not waiting or clock() >= deadline:
+                break
+            sleep(float(options.get("poll", 0.25)))
+            for router in waiting:
+                router["workers"] = router["api"].workers()
+    for router in routers:
+        changed = bool(router["added"] or router["removed"])
+        router["settled"] = (
+            not changed if options.get("check_mode") else settled(router["workers"], desired, state, removable)
+        )
+        for key in ("api", "to_add", "to_remove"):
+            del router[key]
+    return {
+        "changed": any(r["added"] or r["removed"] for r in routers),
+        "added": sorted({u for r in routers for u in r["added"]}),
+        "removed": sorted({u for r in routers for u in r["removed"]}),
+        "settled": all(r["settled"] for r in routers),
+        "waited": 0.0 if options.get("check_mode") else round(clock() - started, 1),
+        "routers": routers,
+    }
+
+
+def consistency_problems(router, current, desired):
+    """The end check of a run on one router's listing: {foreign: [message], pending: [message]}. foreign: each
+    worker the router lists that the plan does not have (it would get requests the plan does not know of: the run
+    fails at once, naming router and worker); pending: each planned worker the router does not list, or lists
+    unhealthy (waited for, within the check's bound). ROUTER names the router (its unit and host)."""
+    wanted = {w["url"]: w for w in desired}
+    have = {w["url"]: w for w in current}
+    foreign = [
+        f"router {router} lists {w['worker_type'] or 'worker'} {w['url']} (id {w['id'] or '?'}), which the plan "
+        "does not have: take it out of that router (DELETE /workers/{id}) or declare its instance in the inventory"
+        for w in current
+        if w["url"] not in wanted
+    ]
+    pending = [f"router {router} does not list {w['worker_type']} {url}" for url, w in wanted.items()
+               if url not in have]  # fmt: skip
+    pending += [f"router {router} lists {w['worker_type']} {url} not healthy" for url, w in wanted.items()
+                if url in have and not have[url]["healthy"]]  # fmt: skip
+    return {"foreign": foreign, "pending": pending}
+
+
+def check_all(apis, desired, options, *, sleep=time.sleep, clock=time.monotonic):
+    """The end check over every router of APIS ({name: api}): read each listing until every router lists exactly
+    DESIRED, each healthy, for at most options' timeout; a worker a router lists that DESIRED does not have ends the
+    check at once. Changes nothing. Returns {problems (foreign first; empty when consistent), waited,
+    routers: [{name, url, workers}]}."""
+    started = clock()
+    deadline = started + float(options.get("timeout", 60))
+    listings = {name: _first_reading(api, deadline, options, sleep, clock) for name, api in apis.items()}
+    while True:
+        found = {name: consistency_problems(name, listing, desired) for name, listing in listings.items()}
+        foreign = [m for f in found.values() for m in f["foreign"]]
+        pending = [m for f in found.values() for m in f["pending"]]
+        if foreign or not pending or clock() >= deadline:
+            break
+        sleep(float(options.get("poll", 0.25)))
+        listings = {name: apis[name].workers() if found[name]["pending"] else listing
+                    for name, listing in listings.items()}  # fmt: skip
+    return {
+        "problems": foreign + pending,
+        "waited": round(clock() - started, 1),
+        "routers": [
+            {"name": name, "url": getattr(apis[name], "url", ""), "workers": listing}
+            for name, listing in listings.items()
+        ],
+    }
