@@ -11,7 +11,7 @@ router's (cluster_rules.worker_api_key_problems). Nothing runs on the host: what
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.disagg.sglang.plugins.action.host_plan import TaskVariables
-from ansible_collections.disagg.sglang.plugins.module_utils.plan import cluster_rules, plan, plan_inputs
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import cluster_rules, compat_rules, plan, plan_inputs
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
 OPTIONS = {
@@ -44,6 +44,14 @@ def router_inputs(v, host, groups, look):
         "listeners": look.get("listeners") or {},
         "ports": {name: v[name] for name in PORTS},
         "instances": v["sglang_router_instances"],
+        # the router and NIXL the venvs pin (the engines are the worker specs'): compat_rules.TESTED
+        "versions": {
+            "router": compat_rules.pinned(sf.router_impl(impl)["dist"], v["sglang_deps_router_packages"]),
+            "nixl": compat_rules.pinned(
+                "nixl", [*(v["sglang_deps_packages_nodeps"] or []), *(v["sglang_deps_packages"] or [])]
+            ),
+            "allow": v["sglang_router_allow_untested_combination"],
+        },
     }
 
 
@@ -72,6 +80,8 @@ class ActionModule(ActionBase):
             return {**result, "failed": True, "changed": False, "msg": ". ".join(problems) + "."}
         units = planned["units"]
         deployed = dict(v.get("sglang_deployed") or {})
+        if planned["warnings"]:
+            result["warnings"] = list(planned["warnings"])
         result.update(
             changed=False,
             # every router unit of the host (sglang_router_instances), and the first, which the worker roles' rolling

@@ -14,6 +14,7 @@ import yaml
 from ansible_collections.disagg.sglang.plugins.action import router_plan as router_plan_action
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
     cluster_rules,
+    compat_rules,
     kv_rules,
     plan_inputs,
     profile_rules,
@@ -214,7 +215,7 @@ def _rules():
     """Every preflight rule: the public *_problems functions of the rule modules."""
     return {
         f"{module.__name__.rsplit('.', 1)[1]}.{name}": (module, name)
-        for module in (rules, kv_rules, profile_rules, cluster_rules, router_rules)
+        for module in (rules, kv_rules, profile_rules, cluster_rules, router_rules, compat_rules)
         for name, fn in inspect.getmembers(module, inspect.isfunction)
         if name.endswith("_problems") and fn.__module__ == module.__name__
     }

@@ -18,6 +18,7 @@ restart key, and, for a rollback, the health URL of the previous configuration).
 
 from ansible_collections.disagg.sglang.plugins.module_utils.model import source
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
+    compat_rules,
     kv_rules,
     profile_rules,
     readiness_rules,
@@ -414,15 +415,24 @@ def router_plans(worker_specs, inputs):
     """Plan the router units of one host: one per router instance (sglang_router_instances; router_rules), each from
     the same worker specs, so every router routes to the same workers.
 
-    inputs: router_plan's, with instances (sglang_router_instances as given) and ports ({sglang_router_port,
-    sglang_router_prometheus_port}: the listeners of the one instance an empty list stands for). Each instance's
+    inputs: router_plan's, with instances (sglang_router_instances as given), ports ({sglang_router_port,
+    sglang_router_prometheus_port}: the listeners of the one instance an empty list stands for) and versions
+    ({router, nixl: "dist version", allow: sglang_router_allow_untested_combination}; the engines are the worker
+    specs'), whose combination must be a tested one (compat_rules). Each instance's
     router_plan gets its unit (<prefix><name>), its name and its listeners, and may own any router unit of the host.
-    Returns {units: [spec], problems: [message]} (units empty when problems is not)."""
+    Returns {units: [spec], problems: [message], warnings: [message]} (units empty when problems is not)."""
     host = inputs["host"]
     prefix = inputs["settings"].get("unit_prefix") or "sglang-"
     problems = router_rules.router_instance_problems(inputs.get("instances"), prefix)
     if problems:
         return {"units": [], "problems": problems}
+    versions = inputs.get("versions")
+    engines = sorted({str(s["engine"]) for s in worker_specs if s.get("engine")})
+    warnings = []
+    if isinstance(versions, dict):  # the tested (router, engine, NIXL) combinations (compat_rules.TESTED)
+        found = (versions["router"], engines, versions["nixl"], versions.get("allow"))
+        problems += compat_rules.combination_problems(*found)
+        warnings += compat_rules.untested_warnings(*found)
     planned = router_rules.router_instances(inputs.get("instances"), inputs["ports"])
     names = [f"{prefix}{i['name']}" for i in planned]
     problems += router_rules.router_unit_clash_problems(
@@ -447,7 +457,7 @@ def router_plans(worker_specs, inputs):
         problems += [p for p in one["problems"] if p not in problems]
         if one["unit"]:
             specs.append(one["unit"])
-    return {"units": [] if problems else specs, "problems": problems}
+    return {"units": [] if problems else specs, "problems": problems, "warnings": warnings}
 
 
 def profile_candidates(name, inventory_dir, shipped_dir):

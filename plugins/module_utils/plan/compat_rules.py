@@ -1,0 +1,94 @@
+# Copyright: disagg.sglang contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The tested (router, engine, NIXL) combinations (issue 39), as data in one place, and the rule that refuses a plan
+outside them.
+
+Router and engine versions are coupled (field-2026-12.md, "PD operational pain points" 7: SMG's servicer broke on
+sglang 0.5.13, 0.5.16 and 0.5.18; metric and field names drift between versions), and NIXL is the KV path between
+prefill and decode. A deployment runs the router of sglang_router_impl at the version sglang_deps_router_packages pins,
+the engine each worker spec names (its "engine": the package of sglang_server_module at its == pin,
+deps/venvs.engine_of) and the NIXL that sglang_deps_packages_nodeps (or sglang_deps_packages) pins. A combination no
+row of TESTED holds is refused, naming it and sglang_router_allow_untested_combination, which runs it knowingly.
+
+Each row: every router of `routers` with every engine of `engines` and every NIXL of `nixl` is tested, with the
+evidence. tests/unit/test_compat_rules.py checks that every inventory this repository ships, and the sandbox's
+simulator releases, plan inside the table.
+"""
+
+from ansible_collections.disagg.sglang.plugins.module_utils.deps import venvs
+
+ALLOW_VAR = "sglang_router_allow_untested_combination"
+# How a version that is not pinned stands in a combination (it is in no row)
+UNPINNED = "(not pinned with ==)"
+
+TESTED = (
+    {
+        "routers": ("sglang-router 0.3.2",),
+        "engines": ("sglang 0.5.23",),
+        "nixl": ("1.5.1",),
+        "evidence": "shared/notes/sglang-pd-facts.md (sglang 0.5.23, sglang-router 0.3.2 and nixl 1.5.1 read and run "
+        "together, 2026-11); the NIXL transfer measured on a lent 2x H200 with nixl 1.5.1 + nixl-cu13 1.5.1",
+    },
+    {
+        "routers": ("smg 1.13.0",),
+        "engines": ("sglang 0.5.23",),
+        "nixl": ("1.5.1",),
+        "evidence": "the real smg 1.13.0 in the sandbox in front of the simulator answering as sglang 0.5.23 "
+        "(tests/integration/test_faults.py, test_multihost.py); its HTTP PD syntax is sglang-router 0.3.2's "
+        "(field-2026-12.md). Not run with sglang 0.5.23 itself on GPUs",
+    },
+    {
+        "routers": ("sglang-router 0.3.2", "smg 1.13.0"),
+        # tests/sandbox/pdsim: 0.1.0, 0.2.0 (a flag only it knows) and 0.2.1 (never becomes healthy: the rollback
+        # tests need the plan to accept it)
+        "engines": ("sglang-pd-sim 0.1.0", "sglang-pd-sim 0.2.0", "sglang-pd-sim 0.2.1"),
+        "nixl": ("1.5.1",),
+        "evidence": "the sandbox: the PD simulator's releases (tests/sandbox/pdsim) with both routers and nixl 1.5.1 "
+        "from the offline wheelhouse (tests/sandbox/wheelhouse.py)",
+    },
+)
+
+
+def pinned(dist, packages):
+    """ "DIST VERSION" of DIST's == pin in PACKAGES (requirement strings; deps/venvs.engine_of reads the engine's pin
+    the same way), or "DIST (not pinned with ==)"."""
+    return f"{dist} {venvs.engine_of(dist, packages)['version'] or UNPINNED}"
+
+
+def tested(router, engine, nixl, table=TESTED):
+    """Whether a row of TABLE holds the combination ("dist version" of router, engine and NIXL)."""
+    return any(router in row["routers"] and engine in row["engines"] and nixl in [f"nixl {v}" for v in row["nixl"]]
+               for row in table)  # fmt: skip
+
+
+def combination_problems(router, engines, nixl, allow=False, table=TESTED):
+    """The deployment's combinations outside TABLE, one message naming them all, unless ALLOW
+    (sglang_router_allow_untested_combination). ROUTER: "dist version" of the router (pinned); ENGINES: the
+    "dist version" of each worker's engine; NIXL: "nixl version" (pinned)."""
+    if allow is True:
+        return []
+    outside = [e for e in sorted(set(engines or [])) if not tested(router, e, nixl, table)]
+    if not outside:
+        return []
+    combos = "; ".join(f"router {router}, engine {e}, {nixl}" for e in outside)
+    rows = "; ".join(
+        f"{' or '.join(row['routers'])} with {' or '.join(row['engines'])} and nixl {' or '.join(row['nixl'])}"
+        for row in table
+    )
+    return [
+        f"This deployment runs a combination that was never tested together: {combos}. Tested: {rows} "
+        "(plugins/module_utils/plan/compat_rules.py). Pin a tested combination (sglang_deps_router_packages, "
+        "sglang_deps_packages, sglang_deps_packages_nodeps), or set sglang_router_allow_untested_combination: true "
+        "to run it knowingly"
+    ]
+
+
+def untested_warnings(router, engines, nixl, allow, table=TESTED):
+    """What a run that allows an untested combination says instead of refusing it."""
+    if allow is not True:
+        return []
+    allowed = "Allowed by sglang_router_allow_untested_combination; to leave it, pin a tested combination"
+    return [
+        m.replace("Pin a tested combination", allowed)
+        for m in combination_problems(router, engines, nixl, False, table)
+    ]
