@@ -8,6 +8,7 @@ stays bare, for rendering inventories/rtxpro6000-8x in check mode onto a host th
 import json
 import re
 import shlex
+import time
 from pathlib import Path
 
 import pytest
@@ -282,3 +283,41 @@ def test_a_profile_in_the_inventory_converges(sandbox):
         assert re.search(r"The capital of France is -> +\S", out), "no answer through the router was printed"
     finally:
         playbook(sandbox)  # back to the shipped profile
+
+
+def router_workers(sandbox):
+    """{url: id} of what the router lists (its GET /workers)."""
+    out = on_host(sandbox, "curl -sS --noproxy '*' http://127.0.0.1:8000/workers")
+    return {w["url"]: w["id"] for w in json.loads(out)["workers"]}
+
+
+def test_a_run_fails_naming_the_router_and_a_worker_added_to_it_by_hand(sandbox):
+    """Issue 39's end check: a worker the plan does not have (the decode again, under another URL, so it is healthy)
+    added to the router by hand fails the run at once, naming router and worker; the run takes it out of nowhere."""
+    planned = router_workers(sandbox)
+    assert sorted(planned) == ["http://127.0.0.1:30000", "http://127.0.0.1:30001"]
+    extra = "http://localhost:30001"
+    body = json.dumps({"url": extra, "worker_type": "decode"})
+    on_host(sandbox, f"curl -sS --noproxy '*' -X POST -H 'Content-Type: application/json' -d {shlex.quote(body)} "
+                     "http://127.0.0.1:8000/workers")  # fmt: skip
+    try:
+        for _attempt in range(60):  # the router registers it in the background
+            if extra in router_workers(sandbox):
+                break
+            time.sleep(0.5)
+        assert extra in router_workers(sandbox), "the router never listed the worker added by hand"
+        out = playbook(sandbox, check=False)
+        text = " ".join((out.stdout + out.stderr).split())
+        assert out.returncode != 0, out.stdout[-3000:]
+        assert f"router sglang-router@{HOST} lists decode {extra} (id " in text, out.stdout[-3000:]
+        assert "which the plan does not have: take it out of that router" in text
+        assert extra in router_workers(sandbox), "the run took the hand-added worker out instead of naming it"
+    finally:
+        listed = router_workers(sandbox)
+        if extra in listed:
+            on_host(sandbox, f"curl -sS --noproxy '*' -X DELETE http://127.0.0.1:8000/workers/{listed[extra]}")
+        for _attempt in range(60):
+            if extra not in router_workers(sandbox):
+                break
+            time.sleep(0.5)
+    assert sorted(router_workers(sandbox)) == sorted(planned)
