@@ -20,13 +20,19 @@ SLOW_ANSWERS, SLOW_S, RATE = 4, 0.4, 20.0
 
 
 def serve_slowly_then_close():
-    """A server on a free loopback port answering SLOW_ANSWERS POSTs, each after SLOW_S, then closing its socket."""
+    """A server on a free loopback port answering SLOW_ANSWERS POSTs, each after SLOW_S, closing its socket before the
+    last answer is sent."""
     answered = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             time.sleep(SLOW_S)
+            if len(answered) == SLOW_ANSWERS - 1:
+                # closed before the last answer leaves: a connection the client opens once it has that answer is
+                # refused. Closed after it, a connection that came first sat in the backlog and was reset instead
+                # (seen under load).
+                server.socket.close()
             body = json.dumps({"text": "Paris"}).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
@@ -42,7 +48,6 @@ def serve_slowly_then_close():
     def loop():
         while len(answered) < SLOW_ANSWERS:
             server.handle_request()
-        server.socket.close()  # from now on: connection refused
 
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
