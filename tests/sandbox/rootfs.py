@@ -26,8 +26,11 @@ PACKAGES = [
     "numactl",
     "curl",
     "python3-packaging",  # ansible.builtin.pip imports it on the target
-    "python3-apt",
-]  # ansible.builtin.package (apt) needs it; real Debian hosts have it
+    "python3-apt",  # ansible.builtin.package (apt) needs it; real Debian hosts have it
+    # HAProxy 2.6.12 (bookworm), the load balancer in front of the routers (issue 39): the role installs it with
+    # ansible.builtin.package, which finds it here as on a host that has it already (the guests have no route out)
+    "haproxy",
+]
 # Units that only cost boot time in a throwaway container.
 MASKED_UNITS = [
     "apt-daily.timer",

@@ -35,6 +35,13 @@ PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)] + [
 # huggingface_hub: the simulator's dependency, as sglang's (the engine venv stages a model source with it)
 WITH_DEPS = ["sglang-router==0.3.2", "smg==1.13.0", "nvidia-ml-py==13.615.71", "numpy", "pip", "setuptools", "wheel",
              "huggingface_hub==2.4.0"]  # fmt: skip
+# The router release before sglang-router 0.3.2, so a router version change (0.3.1 -> 0.3.2) can be tested
+# (tests/integration/test_routers.py). Apart from WITH_DEPS: pip refuses two versions of one distribution in a run.
+# Without dependencies: 0.3.1 requires what 0.3.2 does (setproctitle, aiohttp, orjson, uvicorn, fastapi; both wheels'
+# METADATA). Its wheel is manylinux_2_24 only (PLATFORMS holds it). Its parser takes every flag the router plan
+# emits (plugins/module_utils/units/units.py router_unit); it lacks 0.3.2's --assignment-mode,
+# --disable-health-check and --redis-url/--redis-pool-max/--redis-retention-days, which the plan does not emit.
+PREVIOUS_ROUTER = ["sglang-router==0.3.1"]
 # nixl is the meta package that provides `nixl._api` (the import sglang makes); nixl-cu13 the CUDA 13 build.
 NO_DEPS = ["nixl==1.5.1", "nixl-cu13==1.5.1"]
 # The benchmark client of playbooks/bench.yml (roles/sglang_bench installs it into its own venv on the
@@ -134,11 +141,12 @@ def ensure() -> Path:
     """Fill the wheelhouse; each part is skipped when its stamp says it is current."""
     WHEELHOUSE.mkdir(parents=True, exist_ok=True)
     with locked("wheelhouse"):
-        want = hashlib.sha256(" ".join(WITH_DEPS + NO_DEPS + PLATFORMS).encode()).hexdigest()[:16]
+        want = hashlib.sha256(" ".join(WITH_DEPS + NO_DEPS + PREVIOUS_ROUTER + PLATFORMS).encode()).hexdigest()[:16]
         if not stamp_ok("thirdparty", want):
             started = time.monotonic()
             pip(*download_args(), *WITH_DEPS)
             pip(*download_args(), "--no-deps", *NO_DEPS)
+            pip(*download_args(), "--no-deps", *PREVIOUS_ROUTER)
             (WHEELHOUSE / ".stamp-thirdparty").write_text(want)
             log(f"wheelhouse: third-party wheels in {time.monotonic() - started:.1f} s")
         want = hashlib.sha256(" ".join(BENCH + PLATFORMS).encode()).hexdigest()[:16]

@@ -9,6 +9,7 @@ from test_rules import preflight, topology  # noqa: F401 (the fixture)  # pylint
 ROUTER = "sglang-router 0.3.2"
 ENGINE = "sglang 0.5.23"
 NIXL = "nixl 1.5.1"
+SIM2 = "sglang-pd-sim 0.2.0"
 
 
 @pytest.mark.parametrize(
@@ -18,6 +19,9 @@ NIXL = "nixl 1.5.1"
         pytest.param("smg 1.13.0", [ENGINE], NIXL, [], id="smg with the default engine"),
         pytest.param(ROUTER, ["sglang-pd-sim 0.1.0", "sglang-pd-sim 0.2.0"], NIXL, [], id="the simulator mid-roll"),
         pytest.param("smg 1.13.0", ["sglang-pd-sim 0.2.1"], NIXL, [], id="smg with the simulator"),
+        pytest.param("sglang-router 0.3.1", ["sglang-pd-sim 0.1.0"], NIXL, [], id="the older router, the simulator"),
+        pytest.param("sglang-router 0.3.1", [ENGINE], NIXL, [ENGINE], id="the older router with sglang, never tested"),
+        pytest.param("sglang-router 0.3.1", [SIM2], NIXL, [SIM2], id="the older router, sim 0.2.0"),
         pytest.param(ROUTER, ["sglang 0.5.24"], NIXL, ["sglang 0.5.24"], id="an engine never tested"),
         pytest.param("smg 1.12.0", [ENGINE], NIXL, [ENGINE], id="a router version never tested"),
         pytest.param(ROUTER, [ENGINE], "nixl 1.5.2", [ENGINE], id="a NIXL never tested"),
@@ -71,6 +75,14 @@ def test_the_shipped_inventories_plan_inside_the_table_with_either_router(topolo
 def test_each_release_of_the_sandbox_simulator_plans_inside_the_table(topology, release):  # noqa: F811
     packages = ["nvidia-ml-py==13.615.71", f"sglang-pd-sim=={release}", "numpy"]
     assert preflight(topology, extra={"sglang_deps_packages": packages}) == []
+
+
+def test_the_older_router_release_plans_inside_the_table(topology):  # noqa: F811
+    """sglang-router 0.3.1 (the sandbox wheelhouse holds it beside 0.3.2) with the sandbox's simulator 0.1.0: the
+    start of the router version change of tests/integration/test_routers.py."""
+    assert preflight(topology, extra={"sglang_deps_router_packages": ["sglang-router==0.3.1"]}) == []
+    refused = preflight(topology, extra={"sglang_deps_router_packages": ["sglang-router==0.3.0"]})
+    assert any("router sglang-router 0.3.0, engine sglang-pd-sim 0.1.0, nixl 1.5.1" in m for m in refused), refused
 
 
 def test_an_untested_engine_allowed_knowingly_plans(topology):  # noqa: F811

@@ -46,6 +46,16 @@ TESTED = (
         "evidence": "the sandbox: the PD simulator's releases (tests/sandbox/pdsim) with both routers and nixl 1.5.1 "
         "from the offline wheelhouse (tests/sandbox/wheelhouse.py)",
     },
+    {
+        # the release before 0.3.2, kept so that a router version change can be tested (0.3.1 -> 0.3.2)
+        "routers": ("sglang-router 0.3.1",),
+        "engines": ("sglang-pd-sim 0.1.0",),
+        "nixl": ("1.5.1",),
+        "evidence": "the sandbox: tests/integration/test_routers.py deploys it in front of the simulator 0.1.0 (from "
+        "the offline wheelhouse), changes its flags and upgrades it to 0.3.2 under load; its own parser (the 0.3.1 "
+        "wheel) takes every flag the router plan emits (it lacks 0.3.2's --assignment-mode, --disable-health-check "
+        "and --redis-*, which the plan does not emit). Not run with sglang itself",
+    },
 )
 
 
