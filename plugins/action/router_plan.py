@@ -44,6 +44,8 @@ def router_inputs(v, host, groups, look):
         "listeners": look.get("listeners") or {},
         "ports": {name: v[name] for name in PORTS},
         "instances": v["sglang_router_instances"],
+        # with instances: HAProxy in front (module_utils/router/lb.py), the instances on sglang_router_instance_host
+        "lb": _lb_inputs(v, groups) if v["sglang_router_instances"] else {},
         # the router and NIXL the venvs pin (the engines are the worker specs'): compat_rules.TESTED
         "versions": {
             "router": compat_rules.pinned(sf.router_impl(impl)["dist"], v["sglang_deps_router_packages"]),
@@ -52,6 +54,17 @@ def router_inputs(v, host, groups, look):
             ),
             "allow": v["sglang_router_allow_untested_combination"],
         },
+    }
+
+
+def _lb_inputs(v, groups):
+    """router_rules.lb_problems' inputs: where the router instances bind, the deployment's router hosts, and the
+    ports HAProxy listens on (the clients' and its exporter's)."""
+    return {
+        "instance_host": v["sglang_router_instance_host"],
+        "router_hosts": list((groups or {}).get("router") or []),
+        "public_port": v["sglang_router_port"],
+        "stats_port": v["sglang_router_lb_stats_port"],
     }
 
 
@@ -88,6 +101,9 @@ class ActionModule(ActionBase):
             # and retire steps and the single-router readers (site.yml, monitoring) read as sglang_router_unit
             units=units,
             unit=units[0],
+            # the host's router instances as HAProxy's servers (none without sglang_router_instances): every router
+            # host's go into every router host's HAProxy (tasks/plan.yml, the filter disagg.sglang.router_lb_plan)
+            lb_routers=planned["lb_routers"],
             # the program each deployed router unit runs: the run talks to it until it restarts it
             running_impls={u["unit"]: sf.running_impl(deployed.get(u["unit"]), u["impl"]) for u in units},
             running_impl=sf.running_impl(deployed.get(units[0]["unit"]), units[0]["impl"]),

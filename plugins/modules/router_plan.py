@@ -87,6 +87,16 @@ running_impl:
   returned: success
   type: str
   sample: sglang_router
+lb_routers:
+  description:
+    - "The router units of RV(units) as HAProxy's backend servers, empty without C(sglang_router_instances): each
+      C({server, inventory_host, unit, name, host, port, health_port, impl}), C(server) the name unique over the
+      deployment (C(<inventory_hostname>-<instance name>)), C(host) the address HAProxy dials
+      (C(sglang_router_instance_host)). Every router host's are HAProxy's servers on every router host
+      (C(plugins/module_utils/router/lb.py) C(plan))."
+  returned: success
+  type: list
+  elements: dict
 cli_check:
   description:
     - Whether the router's command line still needs the check by the installed router's parser; false where the

@@ -106,3 +106,72 @@ def test_problems_name_what_to_change(routers, message):
 
 def test_routers_on_distinct_addresses_have_no_problem():
     assert lb.problems([SMG, SGL, {**SGL, "name": "r3", "port": 8002}], LISTEN) == []
+
+
+@pytest.mark.parametrize(
+    ("host", "instance", "name"),
+    [
+        ("pytest-rtr-1", "router-a", "pytest-rtr-1-router-a"),
+        ("gpu-1.example.org", "router_b", "gpu-1.example.org-router_b"),
+        ("10.0.0.1", "r1", "10.0.0.1-r1"),
+        ("host with space", "r/1", "host-with-space-r-1"),
+    ],
+)
+def test_a_server_is_named_by_its_host_and_instance_in_characters_haproxy_takes(host, instance, name):
+    assert lb.server_name(host, instance) == name
+
+
+def _instances(host, address, *names, port=8001):
+    return [
+        {"server": lb.server_name(host, n), "inventory_host": host, "unit": f"sglang-{n}", "name": n,
+         "host": address, "port": port + i, "health_port": None, "impl": "sglang_router"}
+        for i, n in enumerate(names)
+    ]  # fmt: skip
+
+
+def test_every_router_host_balances_over_every_router_instance_of_the_deployment():
+    by_host = {
+        "h1": _instances("h1", "10.0.0.1", "router-a", "router-b"),
+        "h2": _instances("h2", "10.0.0.2", "router-a"),
+    }
+    listen = {"host": "0.0.0.0", "port": 8000, "stats_host": "127.0.0.1", "stats_port": 8405}
+    found = lb.plan(by_host, listen)
+    assert found["problems"] == []
+    spec = found["spec"]
+    assert [(s["name"], s["address"], s["unit"], s["inventory_host"]) for s in spec["servers"]] == [
+        ("h1-router-a", "10.0.0.1:8001", "sglang-router-a", "h1"),
+        ("h1-router-b", "10.0.0.1:8002", "sglang-router-b", "h1"),
+        ("h2-router-a", "10.0.0.2:8001", "sglang-router-a", "h2"),
+    ]
+    # the clients keep their address; the exporter and the public URL as the host reaches them
+    assert spec["url"] == "http://127.0.0.1:8000"
+    assert spec["metrics_url"] == "http://127.0.0.1:8405/metrics"
+    assert sections(render(spec))["frontend sglang_public"][0] == "bind 0.0.0.0:8000"
+
+
+def test_no_router_instances_is_no_load_balancer():
+    assert lb.plan({"h1": [], "h2": []}, LISTEN) == {"spec": None, "problems": []}
+
+
+@pytest.mark.parametrize(
+    ("by_host", "message"),
+    [
+        (
+            {"h1": _instances("h1", "10.0.0.1", "r1"), "h2": []},
+            "sglang_router_instances is set on h1 but not on h2: HAProxy fronts every router of the deployment on "
+            "every router host, on sglang_router_port",
+        ),
+        (
+            {"h1": _instances("h1", "10.0.0.9", "r1"), "h2": _instances("h2", "10.0.0.9", "r1")},
+            "router r1 on h2: port 8001 is taken by router r1's port on the same host",
+        ),
+        (
+            {"a b": _instances("a b", "10.0.0.1", "r1"), "a-b": _instances("a-b", "10.0.0.2", "r1")},
+            "two router instances are named a-b-r1",
+        ),
+    ],
+)
+def test_a_deployment_haproxy_cannot_front_is_named(by_host, message):
+    found = lb.plan(by_host, LISTEN)
+    assert found["spec"] is None
+    assert len(found["problems"]) == 1 and found["problems"][0].startswith(message), found

@@ -82,6 +82,17 @@ def test_router_plan_plans_a_unit_per_router_instance_through_ansible(planned, t
         {"unit": "sglang-router-a", "host": HOST, "url": "http://127.0.0.1:8001", "implementation": "sglang_router"},
         {"unit": "sglang-router-b", "host": HOST, "url": "http://127.0.0.1:8002", "implementation": "sglang_router"},
     ]
+    # HAProxy's servers: named <host>-<instance>, dialled at sglang_router_instance_host (one router host: loopback)
+    assert [(r["server"], r["host"], r["port"], r["unit"]) for r in result["lb_routers"]] == [
+        (f"{HOST}-router-a", "127.0.0.1", 8001, "sglang-router-a"),
+        (f"{HOST}-router-b", "127.0.0.1", 8002, "sglang-router-b"),
+    ]
+
+
+def test_router_plan_without_instances_plans_no_load_balancer(planned, tmp_path):
+    workers, _router = planned
+    status, result = router_plan(tmp_path, workers)
+    assert status == f"{HOST} | SUCCESS" and result["lb_routers"] == [], result
 
 
 def test_router_plan_fails_naming_the_router_instance_and_the_fix(planned, tmp_path):

@@ -90,10 +90,16 @@ def test_the_single_router_inventory_plans_one_router_unit_as_before(topology): 
     assert (router["unit"], router["name"], router["port"]) == ("sglang-router", "router", 8000)
     assert router["description"] == "SGLang router: 1 prefill, 1 decode"
     assert router["metrics_url"] == "http://127.0.0.1:29000/metrics"
-    # the same unit as the list that spells the older variables out
+    # a list puts HAProxy in front on sglang_router_port: spelling the older variables out as a list is refused
     spelt = [{"name": "router", "port": 8000, "prometheus_port": 29000}]
-    same, _workers = _routers(topology, sglang_router_instances=spelt)
-    assert same == routers
+    assert preflight(topology, extra={"sglang_router_instances": spelt}) == [
+        "sglang_router_instances[0] (router).port is port 8000, sglang_router_port, where HAProxy listens on every "
+        "router host (the clients' address): give the router instance another port"
+    ]
+    # on another port it is the same unit but for its listener
+    moved, _workers = _routers(topology, sglang_router_instances=[{**spelt[0], "port": 8001}])
+    differ = {k for k in routers[0] if routers[0][k] != moved[0][k]}
+    assert differ == {"port", "url", "health_url", "flags", "lines", "systemd", "restart_key"}, differ
 
 
 def test_each_router_instance_is_a_hardened_unit_of_its_own_with_the_same_workers(topology):  # noqa: F811
@@ -125,3 +131,45 @@ def test_router_instances_may_hold_their_own_ports_on_a_converged_host(topology)
         "pytest-badinv-1: choose a free port, or stop nginx.service first (sglang_conflicting_units stops a unit "
         "before the workers start)"
     ]
+
+
+LB = {"instance_host": "127.0.0.1", "router_hosts": ["h1"], "public_port": 8000, "stats_port": 8405}
+PORTS = {"sglang_router_port": 8000, "sglang_router_prometheus_port": 29000}
+
+
+@pytest.mark.parametrize(
+    ("lb", "instances", "expect"),
+    [
+        pytest.param(LB, [A, B], [], id="one router host on loopback"),
+        pytest.param({**LB, "instance_host": "10.0.0.1", "router_hosts": ["h1", "h2"]}, [A, B], [],
+                     id="two router hosts, the host's address"),
+        pytest.param({**LB, "router_hosts": ["h1", "h2"]}, [A],
+                     ["sglang_router_instance_host is 127.0.0.1 on h1, a loopback address, but HAProxy on the other "
+                      "router host(s) h2 dials this host's router instances too: set an address of h1 they reach (its "
+                      "sglang_advertise_address, the default with several router hosts), or leave it unset"],
+                     id="loopback with two router hosts"),
+        pytest.param({**LB, "instance_host": "0.0.0.0"}, [A],
+                     ["sglang_router_instance_host is '0.0.0.0' on h1: HAProxy dials each router instance at this "
+                      "address, so it must be one address, not a wildcard: set an address of the host (127.0.0.1 "
+                      "with one router host, else one every router host reaches, e.g. its sglang_advertise_address), "
+                      "or leave it unset"], id="a wildcard"),
+        pytest.param({**LB, "stats_port": 8000}, [A],
+                     ["sglang_router_lb_stats_port (8000) is sglang_router_port, where HAProxy serves the clients: "
+                      "give HAProxy's Prometheus exporter a port of its own"], id="exporter on the public port"),
+        pytest.param(LB, [{**A, "port": 8000}, {**B, "prometheus_port": 8405}],
+                     ["sglang_router_instances[0] (router-a).port is port 8000, sglang_router_port, where HAProxy "
+                      "listens on every router host (the clients' address): give the router instance another port",
+                      "sglang_router_instances[1] (router-b).prometheus_port is port 8405, "
+                      "sglang_router_lb_stats_port, where HAProxy listens on every router host (its Prometheus "
+                      "exporter): give the router instance another port"], id="instances on HAProxy's ports"),
+    ],
+)  # fmt: skip
+def test_router_instances_haproxy_cannot_front_are_named(lb, instances, expect):
+    assert rr.lb_problems("h1", rr.router_instances(instances, PORTS), lb) == expect
+
+
+def test_router_instances_bind_their_instance_host_and_are_haproxys_servers(topology):  # noqa: F811
+    extra = {"sglang_router_instances": [A, B], "sglang_router_instance_host": "10.1.2.3"}
+    routers, _workers = _routers(topology, **extra)
+    assert [(r["flags"]["host"], r["url"]) for r in routers] == [("10.1.2.3", "http://10.1.2.3:8001"),
+                                                                 ("10.1.2.3", "http://10.1.2.3:8002")]  # fmt: skip

@@ -26,6 +26,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
     rules,
 )
 from ansible_collections.disagg.sglang.plugins.module_utils.plan.pd_placement import PlacementError, place
+from ansible_collections.disagg.sglang.plugins.module_utils.router import lb as lb_plan
 from ansible_collections.disagg.sglang.plugins.module_utils.units import rolling, units
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
@@ -438,6 +439,13 @@ def router_plans(worker_specs, inputs):
     problems += router_rules.router_unit_clash_problems(
         host, names, [s["unit"] for s in worker_specs if s.get("host") == host]
     )
+    # Declared instances sit behind HAProxy (module_utils/router/lb.py): each binds sglang_router_instance_host, where
+    # HAProxy on every router host dials it; the public address is HAProxy's. No list: the single router binds
+    # sglang_router_host as before.
+    lb = inputs.get("lb") or {}
+    behind = bool(inputs.get("instances"))
+    if behind:
+        problems += router_rules.lb_problems(host, planned, lb)
     specs = []
     for instance in planned:
         one = router_plan(
@@ -451,13 +459,35 @@ def router_plans(worker_specs, inputs):
                 "flag_values": {
                     **(inputs.get("flag_values") or {}),
                     **{var: instance[key] for key, var in router_rules.DEFAULT_PORT_VARS.items()},
+                    **({"sglang_router_host": lb.get("instance_host")} if behind else {}),
                 },
             },
         )
         problems += [p for p in one["problems"] if p not in problems]
         if one["unit"]:
             specs.append(one["unit"])
-    return {"units": [] if problems else specs, "problems": problems, "warnings": warnings}
+    specs = [] if problems else specs
+    servers = lb_routers(specs) if behind else []
+    return {"units": specs, "problems": problems, "warnings": warnings, "lb_routers": servers}
+
+
+def lb_routers(specs):
+    """The router units of a host as HAProxy's servers (lb.haproxy_spec's routers): each named
+    <inventory_hostname>-<instance> (lb.server_name), dialled at the address it binds (sglang_router_instance_host)
+    and checked at its readiness route."""
+    return [
+        {
+            "server": lb_plan.server_name(spec["host"], spec["name"]),
+            "inventory_host": spec["host"],
+            "unit": spec["unit"],
+            "name": spec["name"],
+            "host": spec["flags"]["host"],
+            "port": spec["port"],
+            "health_port": None,
+            "impl": spec["impl"],
+        }
+        for spec in specs
+    ]
 
 
 def profile_candidates(name, inventory_dir, shipped_dir):

@@ -100,3 +100,52 @@ def router_unit_clash_problems(host, router_units, worker_units):
         f"{VAR} on {host}: {', '.join(clash)} is also a worker unit on that host (sglang_prefill_instances / "
         "sglang_decode_instances name an instance so): rename the router instance (e.g. router-a)"
     ]
+
+
+# With sglang_router_instances, HAProxy (module_utils/router/lb.py) listens on every router host on the clients'
+# address (sglang_router_host:sglang_router_port) and its exporter's (sglang_router_lb_stats_port), and dials every
+# router instance of the deployment at its host's sglang_router_instance_host.
+INSTANCE_HOST_VAR = "sglang_router_instance_host"
+WILDCARDS = ("", "0.0.0.0", "::", "*")
+
+
+def _loopback(address):
+    return address in {"localhost", "::1"} or address.startswith("127.")
+
+
+def lb_problems(host, instances, lb):
+    """What keeps HAProxy from fronting the router instances of HOST, each naming the variable and the fix.
+    INSTANCES: router_instances() of a non-empty list; LB: {instance_host (sglang_router_instance_host), router_hosts
+    (the deployment's router hosts), public_port (sglang_router_port), stats_port (sglang_router_lb_stats_port)}."""
+    problems = []
+    address = str(lb.get("instance_host") if lb.get("instance_host") is not None else "").strip()
+    others = [h for h in lb.get("router_hosts") or [] if h != host]
+    if address in WILDCARDS:
+        problems.append(
+            f"{INSTANCE_HOST_VAR} is {lb.get('instance_host')!r} on {host}: HAProxy dials each router instance at "
+            "this address, so it must be one address, not a wildcard: set an address of the host (127.0.0.1 with one "
+            "router host, else one every router host reaches, e.g. its sglang_advertise_address), or leave it unset"
+        )
+    elif _loopback(address) and others:
+        problems.append(
+            f"{INSTANCE_HOST_VAR} is {address} on {host}, a loopback address, but HAProxy on the other router "
+            f"host(s) {', '.join(others)} dials this host's router instances too: set an address of {host} they "
+            "reach (its sglang_advertise_address, the default with several router hosts), or leave it unset"
+        )
+    public, stats = lb.get("public_port"), lb.get("stats_port")
+    if public is not None and stats is not None and int(public) == int(stats):
+        problems.append(
+            f"sglang_router_lb_stats_port ({stats}) is sglang_router_port, where HAProxy serves the clients: give "
+            "HAProxy's Prometheus exporter a port of its own"
+        )
+    taken = {"sglang_router_port": public, "sglang_router_lb_stats_port": stats}
+    for instance in instances:
+        for where, port in instance["ports"].items():
+            for var, lb_port in taken.items():
+                if lb_port is not None and port is not None and int(port) == int(lb_port):
+                    what = "the clients' address" if var == "sglang_router_port" else "its Prometheus exporter"
+                    problems.append(
+                        f"{where} is port {port}, {var}, where HAProxy listens on every router host ({what}): give "
+                        f"the router instance another port"
+                    )
+    return problems

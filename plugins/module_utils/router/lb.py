@@ -22,7 +22,14 @@ It is back after RISE good checks: 2 x 500 ms = 1 s after it is ready.
 The runtime socket (`stats socket ... level admin`) is what community.general.haproxy drains and enables servers
 through; the stats frontend serves HAProxy's built-in Prometheus exporter (Debian 12's haproxy 2.6.12 is built with
 it: `haproxy -vv` says "Built with the Prometheus exporter as a service").
+
+Every router host runs HAProxy over every router instance of the deployment (plan(): one backend, the same servers
+on each host), so one router per host on two hosts still leaves a second router to send to while one rolls. Each
+server is named <inventory_hostname>-<instance name> (server_name()), unique over the deployment: the name the roll's
+community.general.haproxy calls address (roles/sglang_router/tasks/roll_one.yml).
 """
+
+import re
 
 IMPLS = ("sglang_router", "smg")
 # The readiness route of each router program; the port is the health port where one is set (SMG only).
@@ -46,6 +53,17 @@ DEFAULTS = {
 }
 
 
+# HAProxy takes letters, digits and - _ . : in a proxy or server name (haproxy 2.6 configuration.txt, section 2.4
+# "proxy and server names": "invalid character" otherwise); anything else becomes -.
+NAME_REFUSED = re.compile(r"[^A-Za-z0-9_.:-]")
+
+
+def server_name(inventory_host, instance):
+    """The backend server name of router instance INSTANCE of router host INVENTORY_HOST: unique over the deployment
+    (the inventory's host names are), in the characters HAProxy accepts."""
+    return NAME_REFUSED.sub("-", f"{inventory_host}-{instance}")
+
+
 def detection_ms(inter_ms, fall, timeout_check_ms):
     """(refused, hung): how long after its last good check a dead router is still in the backend."""
     return fall * inter_ms, fall * inter_ms + timeout_check_ms
@@ -61,9 +79,9 @@ def problems(routers, listen):
     addresses = {}
     lb_ports = {listen.get("port"): "public port", listen.get("stats_port"): "metrics port"}
     for router in routers:
-        name = router.get("name")
+        name = router.get("server") or router.get("name")
         impl = router.get("impl")
-        where = f"router {name} on {router.get('host')}"
+        where = f"router {router.get('name')} on {router.get('inventory_host') or router.get('host')}"
         if name in names:
             out.append(f"two router instances are named {name}: give each its own name")
         names[name] = router
@@ -79,7 +97,7 @@ def problems(routers, listen):
             address = (router.get("host"), port)
             if address in addresses:
                 out.append(f"{where}: {key} {port} is taken by {addresses[address]} on the same host")
-            addresses[address] = f"router {name}'s {key}"
+            addresses[address] = f"router {router.get('name')}'s {key}"
             # HAProxy runs on every router host and binds its ports there.
             if port in lb_ports:
                 out.append(f"{where}: {key} {port} is the load balancer's {lb_ports[port]}: give the router another")
@@ -90,12 +108,16 @@ def server(router, settings):
     """The backend's server line of one router, checked at its readiness route on its health port where it has
     one."""
     check_port = router.get("health_port")
-    words = [f"server {router['name']} {router['host']}:{router['port']}", "check"]
+    name = router.get("server") or router["name"]
+    words = [f"server {name} {router['host']}:{router['port']}", "check"]
     if check_port is not None:
         words.append(f"port {check_port}")
     words += [f"inter {settings['inter_ms']}", f"fall {settings['fall']}", f"rise {settings['rise']}"]
     return {
-        "name": router["name"],
+        "name": name,
+        # the router unit behind it and its host (the roll restarts that unit there)
+        "unit": router.get("unit"),
+        "inventory_host": router.get("inventory_host"),
         "address": f"{router['host']}:{router['port']}",
         "check_port": router["port"] if check_port is None else check_port,
         "check_path": HEALTH_PATH[router["impl"]],
@@ -127,6 +149,9 @@ def haproxy_spec(routers, listen, **overrides):
                 f"stats socket {s['socket']} mode 660 level admin expose-fd listeners",
                 "stats timeout 30s",
                 "log /dev/log local0",
+                # the distribution package's account, as its own haproxy.cfg: the workers drop root once bound
+                "user haproxy",
+                "group haproxy",
             ],
         },
         {
@@ -175,6 +200,42 @@ def haproxy_spec(routers, listen, **overrides):
         "backend": s["backend"],
         "frontend": s["frontend"],
         "socket": s["socket"],
-        "metrics_url": f"http://{listen['stats_host']}:{listen['stats_port']}{s['stats_path']}",
+        "metrics_url": f"http://{_local(listen['stats_host'])}:{listen['stats_port']}{s['stats_path']}",
+        # the clients' address: what the run's smoke request goes through
+        "url": f"http://{_local(listen['host'])}:{listen['port']}",
         "detection_ms": {"refused": refused, "hung": hung},
     }
+
+
+def _local(host):
+    """Where a listener on HOST is reached from its own host (a wildcard bind: loopback), as units.py's."""
+    return "127.0.0.1" if host in (None, "", "0.0.0.0", "::") else host
+
+
+def plan(by_host, listen, **overrides):
+    """The load balancer of one router host: {spec: haproxy_spec or None, problems: [message]}.
+
+    BY_HOST: {router host: [its router instances as HAProxy servers]} for every router host of the deployment, in
+    inventory order (each host's router plan: plan.router_plans lb_routers; empty where the host declares no
+    sglang_router_instances); LISTEN: this host's {host, port, stats_host, stats_port}. No host with instances: no
+    load balancer (the single router on sglang_router_port, as before), spec None. Some hosts with and some without:
+    refused, HAProxy would bind the public port where a router listens on it."""
+    hosts = list(by_host or {})
+    declared = [h for h in hosts if by_host[h]]
+    if not declared:
+        return {"spec": None, "problems": []}
+    bare = [h for h in hosts if not by_host[h]]
+    if bare:
+        return {
+            "spec": None,
+            "problems": [
+                f"sglang_router_instances is set on {', '.join(declared)} but not on {', '.join(bare)}: HAProxy fronts "
+                "every router of the deployment on every router host, on sglang_router_port, where a single router "
+                "would listen: declare sglang_router_instances on every router host, or on none"
+            ],
+        }
+    routers = [r for h in hosts for r in by_host[h]]
+    found = problems(routers, listen)
+    if found:
+        return {"spec": None, "problems": found}
+    return {"spec": haproxy_spec(routers, listen, **overrides), "problems": []}
