@@ -56,8 +56,9 @@ options:
   restart_rule:
     description:
       - "With O(deploy), the inputs of the restart rule (module_utils/units/rolling.py C(restart_decision)) -
-        C({totals, router_serving, batch, records}): the deployment's role totals, whether the router serves,
-        C(sglang_rolling_batch), and the host's records as the preflight read them. Left out (as in check mode): no
+        C({totals, router_serving, batch, records, router_roll}): the deployment's role totals, whether the router
+        serves, C(sglang_rolling_batch), the host's records as the preflight read them, and whether a changed router
+        rolls behind HAProxy (two or more router instances behind a serving HAProxy). Left out (as in check mode): no
         unit restarts or rolls here."
     type: dict
   restore:

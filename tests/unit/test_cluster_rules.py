@@ -156,6 +156,28 @@ def test_a_router_whose_worker_list_alone_changed_is_not_restarted(case):
                         else {"now": [], "deferred": [], "synced": ["r"]})  # fmt: skip
 
 
+# name: (the router's record, changed, new, router_roll) -> {now, deferred, synced} of router r (issue 39)
+ROUTER_ROLL_CASES = {
+    "behind HAProxy with a second router: rolls": ({"r": {"restart_key": "k0"}}, ["r"], [], True, "deferred"),
+    "one router (no roll): restarts now": ({"r": {"restart_key": "k0"}}, ["r"], [], False, "now"),
+    "a new router behind HAProxy: starts now": ({}, ["r"], ["r"], True, "now"),
+    "only its worker list changed behind HAProxy: synced": ({"r": {"restart_key": "k1"}}, ["r"], [], True, "synced"),
+}
+
+
+@pytest.mark.parametrize("case", ROUTER_ROLL_CASES, ids=list(ROUTER_ROLL_CASES))
+def test_a_changed_router_behind_a_serving_haproxy_with_a_second_router_waits_for_the_roll(case):
+    records, changed, new, roll, where = ROUTER_ROLL_CASES[case]
+    inputs = {"totals": {"prefill": 2, "decode": 2}, "router_serving": True, "batch": 1, "records": records,
+              "router_roll": roll}  # fmt: skip
+    decision = rolling.restart_decision([*HOST_UNITS[:2], ROUTER], [*changed, "d0"], new, inputs)
+    expect = {"now": [], "deferred": [], "synced": []}
+    expect[where] = ["r"]
+    # the workers' rule is the same with the roll: a decode of two rolls in its batch
+    expect["deferred"] = [*expect["deferred"], "d0"] if where == "deferred" else ["d0"]
+    assert decision == expect
+
+
 def test_retired_are_the_recorded_workers_of_the_roles_that_the_plan_no_longer_has():
     records = {
         "sglang-decode1": {"unit": "sglang-decode1", "role": "decode"},

@@ -37,11 +37,14 @@ def restart_decision(units, changed, new, inputs):
     units: the host's planned specs ({unit, role}); changed: names of the units whose unit or environment file
     changed in this run; new: names of those that had no unit file before it; inputs: {totals: role_totals of the
     deployment, router_serving, batch: sglang_rolling_batch}.
-    inputs may also hold records ({unit: record} of the host, as the preflight read them) and env_changed (names
-    whose environment file changed).
+    inputs may also hold records ({unit: record} of the host, as the preflight read them), env_changed (names
+    whose environment file changed) and router_roll (issue 39: the deployment has two or more router instances behind
+    a serving HAProxy, roles/sglang_router/tasks/main.yml).
     Returns {now: [name], deferred: [name], synced: [name]}, each in the order of `changed`. synced: a router whose
     worker list alone changed (its record's restart_key is the spec's, its secrets did not change): its unit
-    file is written for its next start and the running router takes the list through its worker API.
+    file is written for its next start and the running router takes the list through its worker API. With
+    router_roll, a router that ran before and must restart is deferred too: the router roll (roles/sglang_router/tasks/
+    roll.yml) restarts the routers one at a time over the deployment, each drained in HAProxy first.
     """
     specs = {u["unit"]: u for u in units}
     totals, serving, batch = inputs.get("totals") or {}, inputs.get("router_serving"), inputs.get("batch")
@@ -63,6 +66,11 @@ def restart_decision(units, changed, new, inputs):
         and specs[name].get("restart_key")
         and (records.get(name) or {}).get("restart_key") == specs[name]["restart_key"]
     ]
+    if inputs.get("router_roll"):
+        rolled = {
+            n for n in changed if n in specs and n not in new and n not in synced and specs[n].get("role") == "router"
+        }
+        deferred = [n for n in changed if n in deferred or n in rolled]
     return {"now": [n for n in changed if n not in deferred and n not in synced], "deferred": deferred,
             "synced": synced}  # fmt: skip
 
