@@ -18,6 +18,7 @@ DASHBOARD = ROLE / "files" / "sglang-pd-dashboard.json"
 RULES_TEST = Path(__file__).resolve().parent / "sglang-alerts.test.yml"
 FIXTURE = REPO / "tests" / "fixtures" / "metrics" / "dashboard-metrics.txt"
 SIM_FIXTURE = REPO / "tests" / "fixtures" / "metrics" / "sglang-0.5.23-metrics.txt"
+HAPROXY_FIXTURE = REPO / "tests" / "fixtures" / "metrics" / "haproxy-2.6.12-exporter.txt"
 METRIC = re.compile(r"\b(sglang:[A-Za-z0-9_]+|smg_[a-z0-9_]+)")
 
 

@@ -3,7 +3,8 @@
 both use (tests/fixtures/metrics/dashboard-metrics.txt) against the installed sglang-router binary.
 
 The inventory stands in for what site.yml's preflight plans: each worker host's sglang_worker_units and the
-router host's sglang_router_unit. promtool is Debian's (installed by tests/monitoring/prom.py when missing).
+router host's sglang_router_units (two router instances) and sglang_router_lb (its HAProxy, router/lb.py).
+promtool is Debian's (installed by tests/monitoring/prom.py when missing).
 """
 
 import json
@@ -48,10 +49,16 @@ def units(host, address):
     ]  # fmt: skip
 
 
-# The router's listener binds all addresses; its plan says loopback (probed from the host itself): the target
-# is the router host's ansible_host.
-ROUTER = {"unit": "sglang-router", "name": "router", "role": "router", "host": "gw",
-          "metrics_url": "http://127.0.0.1:29000/metrics", "flags": {"prometheus-host": "0.0.0.0"}}  # fmt: skip
+# Two router instances on gw (sglang_router_instances) behind its HAProxy. Their listeners bind all addresses; the plan
+# says loopback (probed from the host itself): the targets are the router host's ansible_host.
+ROUTERS = [
+    {"unit": f"sglang-{name}", "name": name, "role": "router", "host": "gw",
+     "metrics_url": f"http://127.0.0.1:{port}/metrics", "flags": {"prometheus-host": "0.0.0.0"}}
+    for name, port in (("router-a", 29000), ("router-b", 29001))
+]  # fmt: skip
+# The keys of gw's sglang_router_lb (router/lb.py haproxy_spec) the monitoring role reads: HAProxy's exporter on
+# sglang_router_prometheus_host (all addresses) and sglang_router_lb_stats_port.
+LB = {"metrics_url": "http://0.0.0.0:8405/metrics", "backend": "sglang_routers", "socket": "/run/haproxy/admin.sock"}
 
 
 def inventory(directory, hosts):
@@ -94,7 +101,13 @@ def recap(output):
 HOSTS = {
     "gpu1": {"groups": ["prefill", "decode"], "sglang_worker_units": units("gpu1", "10.0.0.11")},
     "gpu2": {"groups": ["prefill", "decode"], "sglang_worker_units": units("gpu2", "10.0.0.12")},
-    "gw": {"groups": ["router"], "sglang_router_unit": ROUTER, "ansible_host": "10.0.0.9"},
+    "gw": {
+        "groups": ["router"],
+        "sglang_router_units": ROUTERS,
+        "sglang_router_unit": ROUTERS[0],
+        "sglang_router_lb": LB,
+        "ansible_host": "10.0.0.9",
+    },
 }
 
 
@@ -108,19 +121,40 @@ def rendered(tmp_path_factory):
     return {"inventory": inv, "out": out, "first": first.stdout}
 
 
-def test_multi_instance_inventory_writes_one_target_per_worker(rendered):
+def test_multi_instance_inventory_writes_one_target_per_worker_router_and_haproxy(rendered):
     got = json.loads((rendered["out"] / "file_sd" / "sglang.json").read_text())
     workers = HOSTS["gpu1"]["sglang_worker_units"] + HOSTS["gpu2"]["sglang_worker_units"]
-    want = scrape_targets(workers, [ROUTER], "prod-a", {"gw": "10.0.0.9"})
+    want = scrape_targets(workers, ROUTERS, "prod-a", {"gw": "10.0.0.9"}, {"gw": LB})
     assert got == want
-    assert len(got) == 9
+    assert len(got) == 11
     workers = [g for g in got if g["labels"]["role"] in ("prefill", "decode")]
     assert len(workers) == 8
     first = next(g for g in got if g["targets"] == ["10.0.0.12:30011"])
     assert first["labels"] == {"cluster": "prod-a", "role": "decode", "instance": "decode1", "host": "gpu2",
                                "gpus": "6,7", "numa_node": "1"}  # fmt: skip
-    assert got[-1]["targets"] == ["10.0.0.9:29000"]
-    assert "9 targets in" in rendered["first"]
+    # every router unit of the host, not only the first (sglang_router_unit), then the host's HAProxy
+    assert got[-3:] == [
+        {"targets": ["10.0.0.9:29000"], "labels": {"cluster": "prod-a", "role": "router", "instance": "router-a",
+                                                   "host": "gw"}},
+        {"targets": ["10.0.0.9:29001"], "labels": {"cluster": "prod-a", "role": "router", "instance": "router-b",
+                                                   "host": "gw"}},
+        {"targets": ["10.0.0.9:8405"], "labels": {"cluster": "prod-a", "role": "haproxy", "instance": "haproxy",
+                                                  "host": "gw"}},
+    ]  # fmt: skip
+    assert "11 targets in" in rendered["first"]
+
+
+def test_a_router_host_without_haproxy_gets_no_haproxy_target(tmp_path):
+    """One router (no sglang_router_instances): the fact sglang_router_lb is none, or not set at all."""
+    one = {**ROUTERS[0], "name": "router", "unit": "sglang-router"}
+    for lb in ({"sglang_router_lb": None}, {}):
+        hosts = {**HOSTS, "gw": {"groups": ["router"], "sglang_router_units": [one], "ansible_host": "10.0.0.9", **lb}}
+        out = tmp_path / str(len(lb))
+        out.mkdir()
+        proc = converge(inventory(out / "c", hosts), out, check=False)
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        got = json.loads((out / "file_sd" / "sglang.json").read_text())
+        assert [(g["labels"]["role"], g["targets"][0]) for g in got[8:]] == [("router", "10.0.0.9:29000")]
 
 
 def test_rerun_changes_nothing_and_an_inventory_change_rewrites_only_the_targets(rendered, tmp_path):
@@ -134,7 +168,7 @@ def test_rerun_changes_nothing_and_an_inventory_change_rewrites_only_the_targets
     assert recap(out)["changed"] == 1 and len(changed) == 1, out[-3000:]
     assert "TASK [disagg.sglang.sglang_monitoring : Write the scrape targets (file_sd)]" in out.split(changed[0])[0]
     got = json.loads((rendered["out"] / "file_sd" / "sglang.json").read_text())
-    assert len(got) == 8 and "10.0.0.12:30011" not in {g["targets"][0] for g in got}
+    assert len(got) == 10 and "10.0.0.12:30011" not in {g["targets"][0] for g in got}
     assert (rendered["out"] / "rules" / "sglang-alerts.yml").read_text() == rules_before
     converge(rendered["inventory"], rendered["out"])  # back to the module's inventory
 
@@ -143,7 +177,7 @@ def test_a_host_without_planned_units_fails_instead_of_dropping_its_targets(tmp_
     hosts = {**HOSTS, "gpu3": {"groups": ["decode"]}}
     proc = converge(inventory(tmp_path / "c", hosts), tmp_path, check=False)
     assert proc.returncode != 0
-    assert "No planned units (sglang_worker_units / sglang_router_unit) on gpu3" in proc.stdout, proc.stdout[-2000:]
+    assert "No planned units (sglang_worker_units / sglang_router_units) on gpu3" in proc.stdout, proc.stdout[-2000:]
     assert not (tmp_path / "file_sd" / "sglang.json").exists()
 
 
@@ -164,7 +198,7 @@ def test_promtool_check_and_unit_tests_of_the_rendered_rules(rendered, tmp_path)
     rules = rendered["out"] / "rules" / "sglang-alerts.yml"
     check = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, check=False)
     print(check.stdout)
-    assert check.returncode == 0 and "SUCCESS: 9 rules found" in check.stdout, check.stdout + check.stderr
+    assert check.returncode == 0 and "SUCCESS: 13 rules found" in check.stdout, check.stdout + check.stderr
     (tmp_path / "sglang-alerts.yml").write_text(rules.read_text())
     (tmp_path / "sglang-alerts.test.yml").write_text(prom.RULES_TEST.read_text())
     test = subprocess.run(
@@ -188,6 +222,66 @@ def test_promtool_test_catches_a_wrong_threshold(rendered, tmp_path):
         cwd=tmp_path, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert test.returncode != 0 and "SGLangKVCacheNearlyFull" in test.stdout + test.stderr
+
+
+def promtool_test(rules_text, tmp_path):
+    (tmp_path / "sglang-alerts.yml").write_text(rules_text)
+    (tmp_path / "sglang-alerts.test.yml").write_text(prom.RULES_TEST.read_text())
+    return subprocess.run(
+        [prom.ensure_prometheus()["promtool"], "test", "rules", "sglang-alerts.test.yml"],
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "case"),
+    [
+        # counting every router target, the router that is down (no series) would count as one that disagrees
+        (
+            'count by (cluster) (up{role="router"} == 1)',
+            'count by (cluster) (up{role="router"})',
+            "routers agree, and a short disagreement stays quiet",
+        ),
+        # a worker that both routers list but one counts unhealthy is a disagreement too
+        (
+            '(smg_worker_health{role="router"} == 1)',
+            '(smg_worker_health{role="router"} >= 0)',
+            "routers disagree on their healthy workers",
+        ),
+        # a planned roll (MAINT for 2m) must stay quiet, a router DOWN 7m must not
+        (
+            'state=~"DOWN|MAINT"} == 1\n        for: 5m',
+            'state=~"DOWN|MAINT"} == 1\n        for: 1m',
+            "router out of HAProxy",
+        ),
+    ],
+    ids=["down-router-counted", "unhealthy-counted-as-listed", "roll-bound"],
+)
+def test_promtool_tests_of_the_router_alerts_catch_a_wrong_rule(rendered, tmp_path, old, new, case):
+    """The router and HAProxy alerts' unit tests are not vacuous: each mutation fails its case by name."""
+    rules = (rendered["out"] / "rules" / "sglang-alerts.yml").read_text()
+    assert rules.count(old) == 1, old
+    test = promtool_test(rules.replace(old, new), tmp_path)
+    assert test.returncode != 0 and case in test.stdout + test.stderr, test.stdout + test.stderr
+
+
+def test_haproxy_names_and_states_of_the_rules_are_what_haproxy_exports(rendered):
+    """Every haproxy_ series the rules read, with the label values they select, is in what the real HAProxy 2.6.12
+    exporter answered in front of two real routers (tests/fixtures/metrics/haproxy-2.6.12-exporter.txt)."""
+    rules = (rendered["out"] / "rules" / "sglang-alerts.yml").read_text()
+    exported = prom.HAPROXY_FIXTURE.read_text()
+    used = set(re.findall(r"\b(haproxy_[a-z_]+)\b", rules))
+    assert used == {"haproxy_server_status", "haproxy_backend_active_servers"}
+    for name in used:
+        assert f"# TYPE {name} gauge" in exported, name
+    states = set(re.findall(r'state=~"([A-Z|]+)"', rules)[0].split("|"))
+    assert states == {"DOWN", "MAINT"}
+    for state in states:
+        assert f'haproxy_server_status{{proxy="sglang_routers",server="probe-router-a",state="{state}"}}' in exported
+    # after the kill -9: DOWN is 1 for the killed router, and the backend counts one active server
+    killed = exported.split("# --- probe-router-a killed")[1]
+    assert 'server="probe-router-a",state="DOWN"} 1' in killed
+    assert 'haproxy_backend_active_servers{proxy="sglang_routers"} 1' in killed
 
 
 def test_dashboard_is_the_collection_file_and_its_queries_parse(rendered, tmp_path):

@@ -203,3 +203,70 @@ ERROR_CASES = [
 def test_errors_name_the_entry_and_the_fix(workers, routers, cluster, error):
     with pytest.raises(AnsibleFilterError, match=error):
         scrape_targets(workers, routers, cluster)
+
+
+# --------------------------------------------------------------------------------------------------
+# several routers behind HAProxy (issue 39): every router unit of every router host, and each host's HAProxy
+# --------------------------------------------------------------------------------------------------
+
+
+def instance(host, name, port, bind="0.0.0.0", url_host="127.0.0.1"):
+    """A router unit of sglang_router_instances as the plan holds it (units.router_unit: <prefix><name>)."""
+    return {**planned_router(host, bind, url_host, port), "unit": f"sglang-{name}", "name": name}
+
+
+def lb_fact(stats_host, port=8405):
+    """The keys of sglang_router_lb (router/lb.py haproxy_spec) the targets read, and a few they do not."""
+    return {"metrics_url": f"http://{stats_host}:{port}/metrics", "backend": "sglang_routers",
+            "socket": "/run/haproxy/admin.sock", "servers": [],
+            "detection_ms": {"refused": 1500, "hung": 2000}}  # fmt: skip
+
+
+def test_two_router_hosts_each_with_two_routers_and_haproxy():
+    routers = [instance(h, n, p) for h in ("gw1", "gw2") for n, p in (("router-a", 29000), ("router-b", 29001))]
+    workers = [planned("gpu1", "prefill0", "prefill", 30000, "0.0.0.0", "10.0.0.11")]
+    balancers = {"gw1": lb_fact("0.0.0.0"), "gw2": lb_fact("0.0.0.0")}
+    got = scrape_targets(workers, routers, "c", {"gw1": "10.0.0.8", "gw2": "10.0.0.9"}, balancers)
+    assert [(g["labels"]["role"], g["labels"]["instance"], g["labels"]["host"], g["targets"][0]) for g in got[1:]] == [
+        ("router", "router-a", "gw1", "10.0.0.8:29000"),
+        ("router", "router-b", "gw1", "10.0.0.8:29001"),
+        ("router", "router-a", "gw2", "10.0.0.9:29000"),
+        ("router", "router-b", "gw2", "10.0.0.9:29001"),
+        ("haproxy", "haproxy", "gw1", "10.0.0.8:8405"),
+        ("haproxy", "haproxy", "gw2", "10.0.0.9:8405"),
+    ]
+    assert got[-1] == group("10.0.0.9:8405", cluster="c", role="haproxy", instance="haproxy", host="gw2")
+
+
+@pytest.mark.parametrize(
+    ("balancers", "expect"),
+    [
+        pytest.param({"gw": None}, [], id="none-one-router-no-haproxy"),
+        pytest.param({"gw": {}}, [], id="fact-not-set"),
+        pytest.param(None, [], id="no-balancers-given"),
+        pytest.param({"gw": lb_fact("127.0.0.1")}, ["127.0.0.1:8405"], id="loopback-stays-on-loopback"),
+        pytest.param({"gw": lb_fact("10.0.0.9", 9405)}, ["10.0.0.9:9405"], id="its-own-address-and-port"),
+        pytest.param({"gw": lb_fact("[::]")}, ["10.0.0.9:8405"], id="ipv6-wildcard-at-the-host-address"),
+    ],
+)
+def test_haproxy_target_of_a_router_host(balancers, expect):
+    got = scrape_targets([], [instance("gw", "router", 29000)], "c", {"gw": "10.0.0.9"}, balancers)
+    assert [g["targets"][0] for g in got if g["labels"]["role"] == "haproxy"] == expect
+    assert got[0]["targets"] == ["10.0.0.9:29000"]
+
+
+LB_ERROR_CASES = [
+    pytest.param({"gw": {"backend": "sglang_routers"}}, r"HAProxy on gw: sglang_router_lb has no metrics_url",
+                 id="no-metrics-url"),
+    pytest.param({"gw": "http://10.0.0.9:8405/metrics"}, r"HAProxy on gw: sglang_router_lb must be a mapping",
+                 id="url-not-a-fact"),
+    pytest.param({"gw": lb_fact("10.0.0.9", 29000)}, r"gw/haproxy and gw/router are both scraped at 10.0.0.9:29000",
+                 id="same-port-as-a-router"),
+    pytest.param([lb_fact("10.0.0.9")], r"balancers must be a mapping of router host", id="a-list"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("balancers", "error"), LB_ERROR_CASES)
+def test_haproxy_errors_name_the_host(balancers, error):
+    with pytest.raises(AnsibleFilterError, match=error):
+        scrape_targets([], [instance("gw", "router", 29000)], "c", {"gw": "10.0.0.9"}, balancers)

@@ -2,24 +2,30 @@
 # Apache License 2.0 (see galaxy.yml)
 """Prometheus scrape targets of a PD deployment (plugins/filter/monitoring.py, roles/sglang_monitoring).
 
-scrape_targets(workers, routers, cluster) -> Prometheus file_sd list: one target group per worker metrics
-endpoint (sglang's /metrics on the worker's HTTP port, with --enable-metrics) and one per router Prometheus
-listener (sglang-router's --prometheus-host/--prometheus-port, /metrics there).
+scrape_targets(workers, routers, cluster, addresses, balancers) -> Prometheus file_sd list: one target group per
+worker metrics endpoint (sglang's /metrics on the worker's HTTP port, with --enable-metrics), one per router
+Prometheus listener (sglang-router's --prometheus-host/--prometheus-port, /metrics there), and one per router host's
+HAProxy (its built-in Prometheus exporter, issue 39).
 
-Input, the unit specs the roles planned (site.yml's preflight: sglang_worker_units, sglang_router_unit):
+Input, the unit specs the roles planned (site.yml's preflight: sglang_worker_units, sglang_router_units):
   workers: [{unit, name, role, host, metrics_url, gpus: [...], numa_node, flags: {host}}]
            or, without metrics_url, {..., advertise_address, port}. host is the inventory hostname.
-  routers: [{unit, host, metrics_url, flags: {prometheus-host}}]
-           or, without metrics_url, {unit, host, prometheus_address, prometheus_port}.
+  routers: [{unit, name, host, metrics_url, flags: {prometheus-host}}], every router unit of every router host
+           (sglang_router_instances: several per host) or, without metrics_url, {unit, host, prometheus_address,
+           prometheus_port}.
+  balancers: optional {router host: its sglang_router_lb fact} (router/lb.py haproxy_spec: metrics_url is
+           http://<sglang_router_prometheus_host>:<sglang_router_lb_stats_port>/metrics). A host whose fact is
+           None or {} (no router instances, so no HAProxy; {} where the fact is not set) has no such target.
   addresses: optional {inventory host: address Prometheus reaches it at}. A listener bound to all addresses
            (flags host / prometheus-host 0.0.0.0 or ::) whose planned URL says loopback (the planner's view
            from the host itself, e.g. one host holding prefill, decode and router) is scraped at that address;
            without one, at the spec's advertise_address, else at the inventory hostname.
            A listener bound to loopback stays on loopback: only a Prometheus on that host reaches it.
-Labels of every group: cluster, role (prefill, decode, router), instance (the worker's name; the router's
-unit without the sglang- prefix, usually "router"), host (inventory hostname), gpus ("0,1,2,3"), numa_node.
-gpus and numa_node are left out where they are unknown (routers; a worker spanning nodes).
-The result depends only on the input, in its order: workers first, then routers.
+Labels of every group: cluster, role (prefill, decode, router, haproxy), instance (the worker's name; the router
+instance's name, "router" for the single router; "haproxy"), host (inventory hostname), gpus ("0,1,2,3"), numa_node.
+gpus and numa_node are left out where they are unknown (routers, HAProxy; a worker spanning nodes).
+The result depends only on the input, in its order: workers first, then routers, then the HAProxy of each host in
+the order of the balancers mapping.
 """
 
 from __future__ import annotations
@@ -149,8 +155,25 @@ def router_group(spec, cluster, index=0, addresses=None):
     return _group(address(reach, port), path, labels)
 
 
-def scrape_targets(workers, routers, cluster, addresses=None):
-    """Prometheus file_sd target groups for the workers and routers (see the module docstring)."""
+# The labels of a router host's HAProxy target (its exporter serves the whole host's backend of routers).
+LB_ROLE = LB_INSTANCE = "haproxy"
+
+
+def lb_group(host, spec, cluster, addresses=None):
+    """The target group of one router host's HAProxy exporter (SPEC: its sglang_router_lb fact, router/lb.py)."""
+    where = f"HAProxy on {host}"
+    if not isinstance(spec, dict):
+        raise MonitoringError(f"{where}: sglang_router_lb must be a mapping (router/lb.py haproxy_spec), got {spec!r}")
+    if not spec.get("metrics_url"):
+        raise MonitoringError(f"{where}: sglang_router_lb has no metrics_url")
+    # The exporter binds the address its URL names (lb.haproxy_spec: stats_host): no separate bind flag.
+    reach, port, path = _endpoint({**spec, "host": host}, where, (None, None, None), addresses)
+    labels = {"cluster": cluster, "role": LB_ROLE, "instance": LB_INSTANCE, "host": str(host)}
+    return _group(address(reach, port), path, labels)
+
+
+def scrape_targets(workers, routers, cluster, addresses=None, balancers=None):
+    """Prometheus file_sd target groups for the workers, routers and load balancers (see the module docstring)."""
     cluster = str(cluster or "")
     if not _CLUSTER.match(cluster):
         raise MonitoringError(
@@ -168,6 +191,12 @@ def scrape_targets(workers, routers, cluster, addresses=None):
         raise MonitoringError("addresses must be a mapping of inventory host -> address")
     groups = [worker_group(w, cluster, i, addresses) for i, w in enumerate(workers)]
     groups += [router_group(r, cluster, i, addresses) for i, r in enumerate(routers)]
+    if balancers is None:
+        balancers = {}
+    if not isinstance(balancers, dict):
+        raise MonitoringError("balancers must be a mapping of router host -> its sglang_router_lb (or none)")
+    # none, or {} where the fact is not set at all (the role's default): that host runs no HAProxy
+    groups += [lb_group(host, spec, cluster, addresses) for host, spec in balancers.items() if spec not in (None, {})]
     seen = {}
     for group in groups:
         target = group["targets"][0]
