@@ -1,20 +1,23 @@
 """The error budget: what each fault and each day-2 change costs the requests through the router, beside the published
-peer figures. For kill -9 of a prefill, a decode and the router, with and without redundancy, and for the changes a
+peer figures. For kill -9 of a prefill, a decode and the router, with and without redundancy, for the changes a
 run makes under load (a rolling flag change, an engine upgrade, a failed upgrade rolled back, a decode change that
-stalls, scale-in, scale-out, rename): requests sent and failed, those in flight at the event, seconds to the last
-failure, seconds to recovery.
+stalls, scale-in, scale-out, rename), and for the routers' own changes and faults behind HAProxy (issue 39: a planned
+router change, kill -9 of a router, kill -9 of HAProxy): requests sent and failed, those in flight at the event,
+seconds to the last failure, seconds to recovery.
 
 A benchmark, not a test: it runs the tests that make these events (tests/integration/test_faults.py: one host, 1P1D,
-no redundancy; test_multihost.py: 2P2D over four sandbox hosts) with DISAGG_FAULT_REPORT set, where each writes one
-row (tests/integration/faults.py record(); summary() for a fault, change_cost() for a change), and WRITES the table
-with its definitions, the command, the date and the machine to docs/error-budget.md (--output), printing it too.
-Each fault is also checked by those tests against faults.BUDGET. Run it on a quiet machine, as root:
+no redundancy; test_multihost.py: 2P2D over four sandbox hosts; test_routers.py: two routers behind HAProxy on one
+host, then on two router hosts) with DISAGG_FAULT_REPORT set, where each writes one row (tests/integration/faults.py
+record(); summary() for a fault, change_cost() for a change), and WRITES the table with its definitions, the
+command, the date and the machine to docs/error-budget.md (--output), printing it too. An event of EXPECTED that no
+test recorded is a row "not measured yet". Each fault is also checked by those tests against faults.BUDGET. Run it on
+a quiet machine, as root:
 
-    .venv/bin/python tests/bench/error_budget.py [--only faults|multihost] [--select EXPR] [--output PATH]
+    .venv/bin/python tests/bench/error_budget.py [--only faults|multihost|routers] [--select EXPR] [--output PATH]
 
 --select narrows a module's selection with pytest's -k (for example `--select scale_in`): the document then says it
-is partial. The whole run takes about an hour (two sandboxes, one after the other, each brought up and taken down by
-its test module).
+is partial. The whole run takes more than an hour (three sandboxes, one after the other, each brought up and taken
+down by its test module).
 """
 
 import argparse
@@ -36,13 +39,27 @@ import faults  # noqa: E402
 # (test module, the -k selection of the tests that write rows). test_faults: every kill -9, and the SIGSTOP freeze,
 # which switches the router to SMG for the decode kill through SMG after it. test_multihost: every kill -9 and day-2
 # change; rerun checks the converge they all start from.
+# test_routers: the whole module, no -k: one deployment and a sequence of changes (module-scoped fixtures), each
+# test starting from the state the one before it left.
 MODULES = {
     "faults": ("tests/integration/test_faults.py", "kill_9 or frozen"),
     "multihost": (
         "tests/integration/test_multihost.py",
         "rerun or kill_9 or flag_change or stalled_decode or engine_upgrade or scale_in",
     ),
+    "routers": ("tests/integration/test_routers.py", None),
 }
+# Events the table always lists, (fault, redundancy) as tests/integration/test_routers.py records them
+# (faults.record; issue 39): a recorded row whose fault starts with the name and whose
+# redundancy is the same fills one; an event no row fills is listed "not measured yet", never left out.
+EXPECTED = (
+    ("router planned change", "two routers behind HAProxy"),
+    ("router planned change", "one router"),
+    ("router kill -9", "two routers behind HAProxy"),
+    ("router kill -9", "one router"),
+    ("haproxy kill -9", "HAProxy on the router host"),
+)
+NOT_YET = "not measured yet"
 OUTPUT = REPO / "docs" / "error-budget.md"
 # (key of a row, column heading)
 COLUMNS = (
@@ -59,9 +76,17 @@ DEFINITIONS = """\
 - **event**: `kill -9`: the unit killed with SIGKILL (`systemctl kill`) while the load runs; systemd restarts it
   and its next start loads "weights" for `faults.STARTUP_DELAY` s (35) first. A change: one `ansible-playbook
   site.yml` run that makes it while the load runs. In brackets, the router program (sglang-router 0.3.2 or SMG).
+- **event** of the routers (tests/integration/test_routers.py, 1P1D workers): `router planned change`: a run that
+  changes the routers' flags, version or program (sglang-router <-> SMG); with two routers it drains, restarts and
+  enables one router at a time in HAProxy, with one it restarts the router (serving pauses). `router kill -9`: one
+  router unit killed with SIGKILL; systemd restarts it and HAProxy takes it back once its `/readiness` answers 200.
+  `haproxy kill -9`: the HAProxy of the router host killed with SIGKILL; its unit's drop-in restarts it after 1 s.
 - **deployment**: `1P1D (none)`: one host, one instance of each role, nothing to route around the killed one.
   `2P2D (one of two)`: a router host, two prefill instances on one host, two decode instances on two hosts; one of
-  two killed. `batches of one`: the rolling step takes one instance out of the router at a time.
+  two killed. `batches of one`: the rolling step takes one instance out of the router at a time. `two routers
+  behind HAProxy`: `sglang_router_instances` with two routers, HAProxy on the public port checking each router's
+  readiness every 500 ms (out after 3 failed checks). `one router`: the single router on the public port, no
+  HAProxy. `HAProxy on the router host`: the one HAProxy in front of the routers of that host.
 - **sent**: requests the load (tests/sandbox/load.py, on the router's host) sent through the router during the
   event: for a fault 16 at a time, at most 20 starts/s, for a fixed time around the kill; for a change 16 at a
   time, 200 tokens each, from when the run reaches the workers' play until 3 s after it ended.
@@ -76,11 +101,16 @@ DEFINITIONS = """\
   worker healthy and a probe request through it succeeds. SIGSTOP: the freeze until the same. A change: the run's
   start until the router routes to exactly the workers it lists after the run (the planned ones, all healthy) and
   keeps doing so to the end of the load. `-`: not recovered while the load ran (or, for peers, not published).
-- Peers' **recovery** is their README's "Recovery Time": the kill until the killed process serves again."""
+- Peers' **recovery** is their README's "Recovery Time": the kill until the killed process serves again.
+- **not measured yet**: an event of the routers' test (`--only routers`) that no run of this script has recorded:
+  its numbers come with the next run that includes that module, none are estimated here. (test_faults.py's
+  `kill -9 router` row, 1P1D (none), is a single router killed on a one-host deployment.)"""
 NOT_MEASURED = """\
-- A router killed with redundancy: the test beds run one router per deployment (no test deploys a second one in
-  front of the same workers), so the router's kill -9 is measured without redundancy only (1P1D). Dynamo's
-  published frontend figure is also of a single frontend.
+- The router rows marked "not measured yet" (a planned change and a kill -9, with and without redundancy, and a
+  kill -9 of HAProxy) until a run of this script includes tests/integration/test_routers.py. Dynamo's published
+  frontend figure is of a single frontend; llm-d's failover is active-passive, not two routers serving at once.
+- The loss of a whole router host: the collection does not deploy a floating address (keepalived) across router
+  hosts, so a client of the lost host's address fails until it uses another router host's address.
 - The events run against the simulated engine (tests/sandbox/pdsim): its load and warm-up times are the test bed's
   (seconds, not sglang's minutes), so recovery times of a real deployment are longer by the difference in load time."""
 
@@ -102,6 +132,17 @@ def table(rows, columns=COLUMNS):
     return "\n".join(lines + ["| " + " | ".join(cell(row.get(k)) for k, _h in columns) + " |" for row in rows])
 
 
+def with_expected(rows, expected=EXPECTED):
+    """ROWS, then a "not measured yet" row for each event of EXPECTED that none of them fills (its fault's name
+    starts the row's fault, its redundancy is the row's)."""
+    missing = [
+        {"fault": fault, "redundancy": redundancy, **{key: NOT_YET for key, _h in COLUMNS[2:]}}
+        for fault, redundancy in expected
+        if not any(str(r.get("fault", "")).startswith(fault) and r.get("redundancy") == redundancy for r in rows)
+    ]
+    return [*rows, *missing]
+
+
 def markdown(rows, peers, meta):
     """The document: ROWS recorded by the tests, PEERS (faults.PEERS) and META (date, command, machine, selection,
     outcome of each module: {name: {"rc", "seconds", "target"}}, partial)."""
@@ -116,6 +157,7 @@ def markdown(rows, peers, meta):
         else ""
     )
     missing = "" if rows else "\nNo test recorded a row.\n"
+    rows = with_expected(rows)
     return f"""# Error budget: faults and day-2 changes under load
 
 Written by `tests/bench/error_budget.py` (do not edit by hand; run it again). What each event cost the requests
@@ -166,7 +208,7 @@ def commit():
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=sorted(MODULES), help="run one of the two modules")
+    parser.add_argument("--only", choices=sorted(MODULES), help="run one of the modules")
     parser.add_argument("--select", help="narrow each module's selection (pytest -k), e.g. scale_in")
     parser.add_argument("--output", type=Path, default=OUTPUT, help=f"the document (default {OUTPUT})")
     args = parser.parse_args(argv)
@@ -183,7 +225,8 @@ def main(argv=None):
     for name, (path, selection) in MODULES.items():
         if args.only and name != args.only:
             continue
-        target = [path, "-k", f"({selection}) and ({args.select})" if args.select else selection]
+        expression = " and ".join(f"({e})" for e in (selection, args.select) if e)
+        target = [path, "-k", expression] if expression else [path]
         print(f"== {name}: pytest {shlex.join(target)}", flush=True)
         began = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", *target], cwd=REPO, env=env, check=False)

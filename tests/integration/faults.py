@@ -78,6 +78,17 @@ PEERS = [
     {"fault": "Dynamo: decode worker killed", "redundancy": "aggregated, one of four", "sent": 800, "failed": 4,
      "in_flight": None, "last_failure_s": None, "recovery_s": 44.88,
      "source": f"{DYNAMO_FT}, redundant workers (over provisioned)"},
+    # The routers (issue 39). llm-d's router (EPP) stopped with SIGTERM while an Envoy-priority standby takes over,
+    # 100 QPS (also 0 of 9,000 at 50 QPS, 1 of 27,000 at 150 QPS). This collection's own figure before several
+    # routers: a decode policy change on a 2P2D deployment with one SMG router and 16 requests in flight restarted
+    # the router; the 2005 failures (connections refused, then SMG's 503 no_available_workers until it had its
+    # workers back) came within 2.8 s.
+    {"fault": "llm-d: router (EPP) stopped, standby takes over", "redundancy": "active-passive (Envoy priority)",
+     "sent": 18000, "failed": 0, "in_flight": None, "last_failure_s": None, "recovery_s": None,
+     "source": "llm-d/llm-d-router PR #2228, 100 QPS"},
+    {"fault": "router planned change: decode policy (smg)", "redundancy": "one router", "sent": 2888,
+     "failed": 2005, "in_flight": 16, "last_failure_s": None, "recovery_s": None,
+     "source": "issue 39: disagg.sglang before several routers, 2P2D, failures within 2.8 s"},
 ]  # fmt: skip
 
 

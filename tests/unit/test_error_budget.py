@@ -86,7 +86,9 @@ def test_the_document_tables_the_rows_beside_the_peers_with_their_sources_and_sa
         == "| kill -9 decode (sglang_router) | 2P2D | 812 | 3 | 502 2, TimeoutError 1 | 15 | 21.50 | 61.24 |"
     )
     assert "| Dynamo: prefill worker killed | 1P1D (none) | 800 | 2 | - | - | - | 42.31 | ai-dynamo/dynamo" in doc
-    assert sum("ai-dynamo/dynamo tests/fault_tolerance/README.md" in line for line in lines) == len(faults.PEERS)
+    assert sum("ai-dynamo/dynamo tests/fault_tolerance/README.md" in line for line in lines) == 4
+    for peer in faults.PEERS:
+        assert sum(line.startswith(f"| {peer['fault']} |") and peer["source"] in line for line in lines) == 1, peer
     for said in (
         META["date"],
         META["commit"],
@@ -94,7 +96,7 @@ def test_the_document_tables_the_rows_beside_the_peers_with_their_sources_and_sa
         f"`{META['command']}`",
         "`pytest tests/integration/test_faults.py -k 'kill_9 or frozen'`: passed in 1234 s",
         "**recovery (s)**",
-        "## Not measured\n\n- A router killed with redundancy",
+        '## Not measured\n\n- The router rows marked "not measured yet"',
     ):
         assert said in doc, said  # fmt: skip
     assert "Partial" not in doc and "No test recorded a row" not in doc
@@ -127,3 +129,71 @@ def test_the_script_writes_what_the_tests_recorded_and_fails_when_a_module_faile
     doc = out.read_text()
     assert "| rename: prefill1 -> prefill2 (sglang_router) | 2P2D | 9 | 0 | - | 14 | - | 70.00 |" in doc
     assert "**Partial**" in doc and "FAILED (pytest exit status 1)" in doc
+
+
+ROUTER_EVENTS = [
+    ("router planned change", "two routers behind HAProxy"),
+    ("router planned change", "one router"),
+    ("router kill -9", "two routers behind HAProxy"),
+    ("router kill -9", "one router"),
+    ("haproxy kill -9", "HAProxy on the router host"),
+]
+NOT_YET = " | ".join(["not measured yet"] * 6)
+
+
+def test_the_router_events_no_test_recorded_are_rows_not_measured_yet_never_numbers():
+    """Until a run includes tests/integration/test_routers.py, each router event of issue 39 is in the table, every
+    number of it "not measured yet"."""
+    assert list(error_budget.EXPECTED) == ROUTER_EVENTS
+    kill = {"fault": "kill -9 decode (sglang_router)", "redundancy": "1P1D (none)", "sent": 10, "failed": 3,
+            "errors": {"502": 3}, "in_flight": 2, "last_failure_s": 1.5, "recovery_s": 40.0}  # fmt: skip
+    lines = error_budget.markdown([kill], faults.PEERS, META).splitlines()
+    measured = lines[lines.index("## Measured") : lines.index("## Published peer figures")]
+    rows = [line for line in measured if line.startswith("| ") and not line.startswith("| event")]
+    assert rows == [
+        "| kill -9 decode (sglang_router) | 1P1D (none) | 10 | 3 | 502 3 | 2 | 1.50 | 40.00 |",
+        *[f"| {fault} | {redundancy} | {NOT_YET} |" for fault, redundancy in ROUTER_EVENTS],
+    ]
+
+
+def test_a_recorded_router_row_fills_its_event_and_the_others_stay_not_measured():
+    """test_routers.py records e.g. `router kill -9: router-a (smg)` for two routers: that row replaces the event's
+    placeholder; a row of the same fault with another deployment fills nothing else."""
+    row = {"fault": "router kill -9: router-a (smg)", "redundancy": "two routers behind HAProxy", "sent": 1500,
+           "failed": 2, "errors": {"ConnectionResetError": 2}, "in_flight": 16, "last_failure_s": 0.4,
+           "recovery_s": 6.2}  # fmt: skip
+    other = {**row, "fault": "router kill -9 (smg)", "redundancy": "1P1D (none)"}
+    doc = error_budget.markdown([row, other], faults.PEERS, META)
+    assert (
+        "| router kill -9: router-a (smg) | two routers behind HAProxy | 1500 | 2 | ConnectionResetError 2 | 16 |"
+        in doc
+    )
+    assert f"| router kill -9 | two routers behind HAProxy | {NOT_YET} |" not in doc
+    assert f"| router kill -9 | one router | {NOT_YET} |" in doc
+    assert doc.count(NOT_YET) == 4  # the four events left
+
+
+def test_the_routers_module_runs_whole_and_is_narrowed_only_by_select(tmp_path, monkeypatch):
+    ran = []
+
+    def fake_run(cmd, **kwargs):
+        if cmd[0] == "git":
+            return type("P", (), {"stdout": "abc1234\n" if "rev-parse" in cmd else "", "returncode": 0})()
+        ran.append(cmd)
+        return type("P", (), {"returncode": 0})()
+
+    monkeypatch.setattr(error_budget.subprocess, "run", fake_run)
+    assert error_budget.main(["--only", "routers", "--output", str(tmp_path / "a.md")]) == 0
+    assert ran[-1][-1] == "tests/integration/test_routers.py" and "-k" not in ran[-1]
+    assert error_budget.main(["--only", "routers", "--select", "kill_9", "--output", str(tmp_path / "b.md")]) == 0
+    assert ran[-1][-3:] == ["tests/integration/test_routers.py", "-k", "(kill_9)"]
+    doc = (tmp_path / "a.md").read_text()
+    assert "No test recorded a row" in doc and f"| haproxy kill -9 | HAProxy on the router host | {NOT_YET} |" in doc
+
+
+def test_the_peer_figures_of_the_routers_are_llm_d_failover_and_the_single_router_change_of_issue_39():
+    by_fault = {p["fault"]: p for p in faults.PEERS}
+    llm_d = by_fault["llm-d: router (EPP) stopped, standby takes over"]
+    assert (llm_d["sent"], llm_d["failed"]) == (18000, 0) and "llm-d/llm-d-router PR #2228" in llm_d["source"]
+    ours = by_fault["router planned change: decode policy (smg)"]
+    assert (ours["sent"], ours["failed"], ours["in_flight"], ours["redundancy"]) == (2888, 2005, 16, "one router")
