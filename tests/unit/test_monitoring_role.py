@@ -20,6 +20,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "monitoring"))
 import prom
 from ansible_collections.disagg.sglang.plugins.module_utils.monitoring.monitoring import scrape_targets
+from ansible_collections.disagg.sglang.plugins.module_utils.router import lb
 from sandbox_hosts import controller_playbook
 
 REPO = prom.REPO
@@ -56,9 +57,13 @@ ROUTERS = [
      "metrics_url": f"http://127.0.0.1:{port}/metrics", "flags": {"prometheus-host": "0.0.0.0"}}
     for name, port in (("router-a", 29000), ("router-b", 29001))
 ]  # fmt: skip
-# The keys of gw's sglang_router_lb (router/lb.py haproxy_spec) the monitoring role reads: HAProxy's exporter on
-# sglang_router_prometheus_host (all addresses) and sglang_router_lb_stats_port.
-LB = {"metrics_url": "http://0.0.0.0:8405/metrics", "backend": "sglang_routers", "socket": "/run/haproxy/admin.sock"}
+# gw's sglang_router_lb as the router role plans it (router/lb.py plan): HAProxy's exporter on
+# sglang_router_prometheus_host (all addresses: its metrics_url says loopback) and sglang_router_lb_stats_port.
+LB = lb.plan(
+    {"gw": [{"name": lb.server_name("gw", r["name"]), "host": "127.0.0.1", "port": port, "health_port": None,
+             "impl": "sglang_router"} for r, port in zip(ROUTERS, (8001, 8002), strict=True)]},
+    {"host": "0.0.0.0", "port": 8000, "stats_host": "0.0.0.0", "stats_port": 8405},
+)["spec"]  # fmt: skip
 
 
 def inventory(directory, hosts):
@@ -147,9 +152,12 @@ def test_multi_instance_inventory_writes_one_target_per_worker_router_and_haprox
 def test_a_router_host_without_haproxy_gets_no_haproxy_target(tmp_path):
     """One router (no sglang_router_instances): the fact sglang_router_lb is none, or not set at all."""
     one = {**ROUTERS[0], "name": "router", "unit": "sglang-router"}
-    for lb in ({"sglang_router_lb": None}, {}):
-        hosts = {**HOSTS, "gw": {"groups": ["router"], "sglang_router_units": [one], "ansible_host": "10.0.0.9", **lb}}
-        out = tmp_path / str(len(lb))
+    for fact in ({"sglang_router_lb": None}, {}):
+        hosts = {
+            **HOSTS,
+            "gw": {"groups": ["router"], "sglang_router_units": [one], "ansible_host": "10.0.0.9", **fact},
+        }
+        out = tmp_path / str(len(fact))
         out.mkdir()
         proc = converge(inventory(out / "c", hosts), out, check=False)
         assert proc.returncode == 0, proc.stdout[-3000:]

@@ -5,6 +5,7 @@ import json
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.disagg.sglang.plugins.filter.monitoring import FilterModule
+from ansible_collections.disagg.sglang.plugins.module_utils.router import lb
 
 scrape_targets = FilterModule().filters()["scrape_targets"]
 
@@ -216,10 +217,14 @@ def instance(host, name, port, bind="0.0.0.0", url_host="127.0.0.1"):
 
 
 def lb_fact(stats_host, port=8405):
-    """The keys of sglang_router_lb (router/lb.py haproxy_spec) the targets read, and a few they do not."""
-    return {"metrics_url": f"http://{stats_host}:{port}/metrics", "backend": "sglang_routers",
-            "socket": "/run/haproxy/admin.sock", "servers": [],
-            "detection_ms": {"refused": 1500, "hung": 2000}}  # fmt: skip
+    """gw's sglang_router_lb as the router role plans it (router/lb.py plan over gw's two router instances), its
+    exporter bound to STATS_HOST (sglang_router_prometheus_host) on PORT (sglang_router_lb_stats_port)."""
+    servers = [{"name": lb.server_name("gw", n), "host": "127.0.0.1", "port": p, "health_port": None,
+                "impl": "sglang_router"} for n, p in (("router-a", 8001), ("router-b", 8002))]  # fmt: skip
+    listen = {"host": "0.0.0.0", "port": 8000, "stats_host": stats_host, "stats_port": port}
+    planned = lb.plan({"gw": servers}, listen)
+    assert planned["problems"] == [], planned["problems"]
+    return planned["spec"]
 
 
 def test_two_router_hosts_each_with_two_routers_and_haproxy():
@@ -246,10 +251,12 @@ def test_two_router_hosts_each_with_two_routers_and_haproxy():
         pytest.param(None, [], id="no-balancers-given"),
         pytest.param({"gw": lb_fact("127.0.0.1")}, ["127.0.0.1:8405"], id="loopback-stays-on-loopback"),
         pytest.param({"gw": lb_fact("10.0.0.9", 9405)}, ["10.0.0.9:9405"], id="its-own-address-and-port"),
-        pytest.param({"gw": lb_fact("[::]")}, ["10.0.0.9:8405"], id="ipv6-wildcard-at-the-host-address"),
+        pytest.param({"gw": lb_fact("::")}, ["10.0.0.9:8405"], id="ipv6-wildcard-at-the-host-address"),
     ],
 )
 def test_haproxy_target_of_a_router_host(balancers, expect):
+    """The plan's metrics_url says loopback for a wildcard bind (lb.haproxy_spec, as seen from the host itself): the
+    target is then the host's address (its metrics_bind), as a router's Prometheus listener bound to all addresses."""
     got = scrape_targets([], [instance("gw", "router", 29000)], "c", {"gw": "10.0.0.9"}, balancers)
     assert [g["targets"][0] for g in got if g["labels"]["role"] == "haproxy"] == expect
     assert got[0]["targets"] == ["10.0.0.9:29000"]

@@ -14,7 +14,8 @@ Input, the unit specs the roles planned (site.yml's preflight: sglang_worker_uni
            (sglang_router_instances: several per host) or, without metrics_url, {unit, host, prometheus_address,
            prometheus_port}.
   balancers: optional {router host: its sglang_router_lb fact} (router/lb.py haproxy_spec: metrics_url is
-           http://<sglang_router_prometheus_host>:<sglang_router_lb_stats_port>/metrics). A host whose fact is
+           http://<sglang_router_prometheus_host>:<sglang_router_lb_stats_port>/metrics, loopback for a wildcard,
+           metrics_bind the bind address, read as a router's flags.prometheus-host). A host whose fact is
            None or {} (no router instances, so no HAProxy; {} where the fact is not set) has no such target.
   addresses: optional {inventory host: address Prometheus reaches it at}. A listener bound to all addresses
            (flags host / prometheus-host 0.0.0.0 or ::) whose planned URL says loopback (the planner's view
@@ -166,8 +167,10 @@ def lb_group(host, spec, cluster, addresses=None):
         raise MonitoringError(f"{where}: sglang_router_lb must be a mapping (router/lb.py haproxy_spec), got {spec!r}")
     if not spec.get("metrics_url"):
         raise MonitoringError(f"{where}: sglang_router_lb has no metrics_url")
-    # The exporter binds the address its URL names (lb.haproxy_spec: stats_host): no separate bind flag.
-    reach, port, path = _endpoint({**spec, "host": host}, where, (None, None, None), addresses)
+    # metrics_url says loopback where the exporter binds all addresses (lb.haproxy_spec: metrics_bind, its stats_host):
+    # scraped at the host's address then, as a router whose flags.prometheus-host is a wildcard.
+    bound = {**spec, "host": host, "flags": {"bind": spec.get("metrics_bind")}}
+    reach, port, path = _endpoint(bound, where, (None, None, "bind"), addresses)
     labels = {"cluster": cluster, "role": LB_ROLE, "instance": LB_INSTANCE, "host": str(host)}
     return _group(address(reach, port), path, labels)
 

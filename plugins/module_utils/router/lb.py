@@ -127,7 +127,8 @@ def server(router, settings):
 
 def haproxy_spec(routers, listen, **overrides):
     """The HAProxy configuration for the router instances: {sections: [{header, lines}], servers, backend,
-    frontend, socket, metrics_url, detection_ms: {refused, hung}}. Call problems() first: this assumes them none.
+    frontend, socket, metrics_url, metrics_bind, url, detection_ms: {refused, hung}}. Call problems() first: this
+    assumes them none.
 
     listen: {host, port, stats_host, stats_port}; overrides: any key of DEFAULTS (inter_ms, fall, rise, ...).
     Every router of a backend has one readiness route (HEALTH_PATH is the same for both programs), so the backend
@@ -201,6 +202,9 @@ def haproxy_spec(routers, listen, **overrides):
         "frontend": s["frontend"],
         "socket": s["socket"],
         "metrics_url": f"http://{_local(listen['stats_host'])}:{listen['stats_port']}{s['stats_path']}",
+        # the exporter's bind address: a wildcard one (metrics_url then says loopback) is scraped at the host's address
+        # (monitoring/monitoring.py lb_group, as a router's flags.prometheus-host)
+        "metrics_bind": listen["stats_host"],
         # the clients' address: what the run's smoke request goes through
         "url": f"http://{_local(listen['host'])}:{listen['port']}",
         "detection_ms": {"refused": refused, "hung": hung},
