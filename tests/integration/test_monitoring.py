@@ -2,20 +2,25 @@
 targets that roles/sglang_monitoring writes; every target is up, and every dashboard and alert expression is
 run against what it scraped after requests went through the router. Each query is printed with its result count.
 
-One sandbox host (mon-1) holds prefill, decode and router; workers and the router's listeners bind to all
-addresses so that the controller's Prometheus reaches them at the guest's address. The router checks worker
-health every 2 s. After the normal traffic, two short faults under requests (the simulator's prefill dropping
-its KV transfers, then the prefill stopped) make the series appear that exist only once something failed
-(KV transfer and bootstrap failures, router errors and retries, failed health checks). Alerts whose expression
-stays empty in this run must be proven to fire by the promtool unit tests (tests/monitoring/sglang-alerts.test.yml).
+One sandbox host (mon-1) holds prefill, decode and two router instances (router-a, router-b; issue 39) behind its
+HAProxy on the public port; workers, the routers' Prometheus listeners and HAProxy's exporter bind to all addresses
+so that the controller's Prometheus reaches them at the guest's address. The routers check worker health every 2 s.
+After the normal traffic, two short faults under requests (the simulator's prefill dropping its KV transfers, then
+the prefill stopped) make the series appear that exist only once something failed (KV transfer and bootstrap
+failures, router errors and retries, failed health checks). Alerts whose expression stays empty in this run must be
+proven to fire by the promtool unit tests (tests/monitoring/sglang-alerts.test.yml). Last, the routers' own alerts
+live: a worker added by hand to router-b only makes SGLangRoutersDisagree pending for that worker, and router-b
+stopped makes SGLangRouterOutOfLoadBalancer pending for it in HAProxy.
 
 The monitoring play runs in the same ansible-playbook run as site.yml, after it: it reads the units that
-site.yml's preflight planned (the facts sglang_worker_units and sglang_router_unit), as a play in site.yml would.
+site.yml's preflight planned (the facts sglang_worker_units, sglang_router_units and sglang_router_lb), as a play in
+site.yml would.
 """
 
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -32,7 +37,12 @@ from tests.http_client import free_port, http
 
 SANDBOX = "mon"
 HOST = f"{SANDBOX}-1"
-ROUTER_PORT, PROM_PORT = 8000, 29000
+ROUTER_PORT, PROM_PORT = 8000, 29000  # with router instances: HAProxy's public port
+# Two routers on mon-1 behind HAProxy (sglang_router_instances): each its own unit and Prometheus listener.
+ROUTERS = [{"name": "router-a", "port": 8001, "prometheus_port": 29001},
+           {"name": "router-b", "port": 8002, "prometheus_port": 29002}]  # fmt: skip
+LB_STATS_PORT = 8405  # sglang_router_lb_stats_port's default
+ROUTER_ALERT_WAIT = 90  # seconds: a scrape and an evaluation (2 s each) after the router's own health check (2 s)
 REQUESTS = 24
 RATE = "3m"  # $__rate_interval of the live queries: wide enough to still hold the traffic of this run
 # The alert a failed KV transfer raises (roles/sglang_monitoring/templates/sglang-alerts.yml.j2): it has no `for:`,
@@ -124,6 +134,7 @@ def deployment(tmp_path_factory):
             "sglang_router_port": ROUTER_PORT,
             "sglang_router_prometheus_port": PROM_PORT,
             "sglang_router_health_check_interval": 2,
+            "sglang_router_instances": ROUTERS,
             # decode gives up on a KV handoff after 3 s (sglang: its bootstrap / waiting timeouts, 300 s); each
             # room's KV bytes go through the real NIXL/UCX in host memory (tests/sandbox/pdsim nixl_handoff.py).
             # While the simulator made its NIXL agents at the first request, that handoff took 1.6 s on this 2-core
@@ -276,7 +287,10 @@ def traffic(deployment):
 def test_every_generated_target_is_up(deployment, traffic):
     server = deployment["prometheus"]
     written = json.loads((deployment["out"] / "file_sd" / "sglang.json").read_text())
-    assert [g["labels"]["role"] for g in written] == ["prefill", "decode", "router"]
+    assert [g["labels"]["role"] for g in written] == ["prefill", "decode", "router", "router", "haproxy"]
+    address = deployment["address"]
+    assert [g["targets"] for g in written[2:]] == [[f"{address}:29001"], [f"{address}:29002"],
+                                                   [f"{address}:{LB_STATS_PORT}"]]  # fmt: skip
 
     def all_up():
         active = server.api("targets", state="active")["activeTargets"]
@@ -289,7 +303,7 @@ def test_every_generated_target_is_up(deployment, traffic):
         want = next(g for g in written if g["targets"] == [target["discoveredLabels"]["__address__"]])
         assert {k: labels[k] for k in want["labels"]} == want["labels"]
     up = server.query('up{cluster="mon"}')
-    assert sorted(r["metric"]["instance"] for r in up) == ["decode0", "prefill0", "router"]
+    assert sorted(r["metric"]["instance"] for r in up) == ["decode0", "haproxy", "prefill0", "router-a", "router-b"]
     assert all(r["value"][1] == "1" for r in up)
 
 
@@ -376,3 +390,130 @@ def test_kv_bytes_went_through_real_nixl_under_the_units_hardening(deployment, t
     good = [r for r in seen["rooms"] if r["bytes"] > 0 and r["bytes_verified"] == r["bytes"]]
     print(f"{len(good)} rooms over NIXL, {sum(r['bytes'] for r in good)} bytes verified, from {seen['rooms'][:1]}")
     assert len(good) == len(seen["rooms"]) >= REQUESTS, seen["rooms"][-3:]
+
+
+def router_api(port, command=""):
+    """curl on mon-1 against the worker API of the router instance on PORT (bound to loopback: one router host): its
+    answer."""
+    return on_host(f"curl -sS --noproxy '*' {command} http://127.0.0.1:{port}/workers").stdout
+
+
+def router_lists(port):
+    """{url: id} of the workers the router instance on PORT lists (GET /workers)."""
+    return {w["url"]: w["id"] for w in json.loads(router_api(port))["workers"]}
+
+
+def rule_alerts_matching(prometheus, name, **labels):
+    """The pending or firing alerts of rule NAME whose labels include LABELS."""
+    rule = alert_rule(prometheus, name)
+    return [a for a in rule["alerts"] if a["state"] in ("pending", "firing")
+            and all(a["labels"].get(k) == v for k, v in labels.items())]  # fmt: skip
+
+
+def wait_for(probe, timeout, interval=1.0):
+    """probe()'s first truthy answer within TIMEOUT seconds, else its last answer (the test then says what it saw)."""
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    return last
+
+
+@pytest.fixture(scope="module")
+def router_disagreement(deployment, traffic):
+    """After the traffic: the routers agree; then a worker added to router-b by hand (the decode again under another
+    URL, so it is healthy: a router out of step, sglang#22835), and taken out again."""
+    server, rules = deployment["prometheus"], deployment["out"] / "rules" / "sglang-alerts.yml"
+    disagree = dict(prom.rule_alerts(rules))["SGLangRoutersDisagree"]
+    health = 'smg_worker_health{cluster="mon",role="router"}'
+    seen = {}
+
+    def both_routers_count_both_workers():
+        counted = {r["metric"]["instance"]: float(r["value"][1]) for r in server.query(f"sum by (instance) ({health})")}
+        return counted if counted == {"router-a": 2.0, "router-b": 2.0} else None
+
+    seen["healthy_before"] = wait_until(both_routers_count_both_workers, ROUTER_ALERT_WAIT, "both routers count 2")
+    seen["disagree_before"] = server.query(disagree)
+    # the decode, bound to all addresses, at the guest's address: the routers dial it on loopback (one host's plan)
+    extra = seen["extra"] = f"http://{deployment['address']}:{DECODE_PORT}"
+    assert extra not in router_lists(8002), f"router-b already lists {extra}: this test would take it out"
+    body = json.dumps({"url": extra, "worker_type": "decode"})
+    answer = router_api(8002, f"-X POST -H 'Content-Type: application/json' -d {shlex.quote(body)}")
+    print(f"router-b, POST /workers {body}: {answer}")
+    try:
+        # the router registers it in the background (POST answers 202 at once)
+        seen["listed"] = wait_for(lambda: extra in router_lists(8002), 60)
+        seen["disagree_pending"] = wait_for(
+            lambda: rule_alerts_matching(server, "SGLangRoutersDisagree", worker=extra), ROUTER_ALERT_WAIT
+        )
+        seen["disagree_query"] = server.query(disagree)
+        seen["health_series"] = [(r["metric"]["instance"], r["metric"]["worker"], r["value"][1])
+                                 for r in server.query(health)]  # fmt: skip
+        seen["router_b_workers"] = router_api(8002)
+    finally:
+        listed = router_lists(8002)
+        if extra in listed:
+            on_host(f"curl -sS --noproxy '*' -X DELETE http://127.0.0.1:8002/workers/{listed[extra]}")
+    seen["disagree_after"] = wait_for(lambda: not server.query(disagree) and "agree", ROUTER_ALERT_WAIT)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def router_stopped(deployment, traffic):
+    """router-b stopped under a few requests through HAProxy's public port, then started again."""
+    server, seen = deployment["prometheus"], {}
+    on_host("systemctl stop sglang-router-b")
+    try:
+        seen["out_pending"] = wait_for(
+            lambda: rule_alerts_matching(server, "SGLangRouterOutOfLoadBalancer", server="mon-1-router-b"),
+            ROUTER_ALERT_WAIT,
+        )
+        seen["active_servers"] = server.query('haproxy_backend_active_servers{cluster="mon"}')
+        router = f"http://{deployment['address']}:{ROUTER_PORT}"
+        body = {"text": "one router left", "sampling_params": {"max_new_tokens": 4}}
+        seen["statuses_one_router"] = [http_status("POST", f"{router}/generate", body, 60) for _unused in range(4)]
+    finally:
+        on_host("systemctl start sglang-router-b")
+    seen["back"] = wait_for(
+        lambda: server.query('haproxy_server_status{cluster="mon",server="mon-1-router-b",state="UP"} == 1'),
+        ROUTER_ALERT_WAIT,
+    )
+    return seen
+
+
+def test_the_routers_agree_and_a_worker_one_router_lists_alone_makes_the_disagreement_alert_pending(
+    router_disagreement,
+):
+    """smg_worker_health of both real routers (sglang-router 0.3.2) counts the same two workers, and the alert's
+    expression is empty; a worker only router-b lists is what the expression returns, its rule pending (for: 3m);
+    taken out, the routers agree again."""
+    print(f"healthy workers by router: {router_disagreement['healthy_before']}; the alert before: "
+          f"{router_disagreement['disagree_before']}; while router-b listed one more: "
+          f"{router_disagreement['disagree_query']}")  # fmt: skip
+    print(f"router-b listed it: {router_disagreement['listed']}; series: {router_disagreement['health_series']}; "
+          f"router-b's workers: {router_disagreement['router_b_workers']}")  # fmt: skip
+    assert router_disagreement["disagree_before"] == []
+    assert router_disagreement["listed"], "router-b never listed the worker added by hand"
+    pending = router_disagreement["disagree_pending"]
+    assert [a["labels"]["worker"] for a in pending] == [router_disagreement["extra"]], pending
+    assert pending[0]["state"] == "pending" and pending[0]["labels"]["cluster"] == "mon"
+    assert [(r["metric"]["worker"], r["value"][1]) for r in router_disagreement["disagree_query"]] == [
+        (router_disagreement["extra"], "1")
+    ]
+    assert router_disagreement["disagree_after"] == "agree"
+
+
+def test_a_stopped_router_is_down_in_haproxy_and_its_alert_pending_while_the_other_router_serves(router_stopped):
+    """router-b stopped: HAProxy's own exporter has it DOWN (SGLangRouterOutOfLoadBalancer pending, for: 5m) and one
+    active server; requests through HAProxy's public port still get 200 from router-a; started, it is UP again."""
+    pending = router_stopped["out_pending"]
+    print(f"router-b stopped: {pending}; active servers {router_stopped['active_servers']}; requests "
+          f"{router_stopped['statuses_one_router']}")  # fmt: skip
+    assert [(a["labels"]["server"], a["labels"]["state"], a["state"]) for a in pending] == [
+        ("mon-1-router-b", "DOWN", "pending")
+    ]
+    assert [r["value"][1] for r in router_stopped["active_servers"]] == ["1"]
+    assert router_stopped["statuses_one_router"] == [200] * 4
+    assert router_stopped["back"]
