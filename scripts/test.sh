@@ -44,7 +44,7 @@ run_pytest() {
 }
 
 # Lane A's pytest modules; lane B runs every other test.
-LANE_A_TESTS=(tests/integration/test_multihost.py)
+LANE_A_TESTS=(tests/integration/test_multihost.py tests/integration/test_routers.py)
 
 # Runs "$@" with every line it prints prefixed by the lane's name, keeping a copy in $LANE_LOGS/<name>.log (the
 # recap reads it); its exit status is the command's.

@@ -52,9 +52,10 @@ TESTED = (
         "engines": ("sglang-pd-sim 0.1.0",),
         "nixl": ("1.5.1",),
         "evidence": "the sandbox: tests/integration/test_routers.py deploys it in front of the simulator 0.1.0 (from "
-        "the offline wheelhouse), changes its flags and upgrades it to 0.3.2 under load; its own parser (the 0.3.1 "
-        "wheel) takes every flag the router plan emits (it lacks 0.3.2's --assignment-mode, --disable-health-check "
-        "and --redis-*, which the plan does not emit). Not run with sglang itself",
+        "the offline wheelhouse) and upgrades it to 0.3.2 under load; its own parser (the 0.3.1 wheel) takes every "
+        "flag the router plan emits (it lacks 0.3.2's --assignment-mode, --disable-health-check and --redis-*, which "
+        "the plan does not emit). A restart of it once never became ready: its worker registration workflow "
+        "deadlocked ('Workflow deadlocked: no steps ready and none running'). Not run with sglang itself",
     },
 )
 
