@@ -107,13 +107,16 @@ class ActionModule(ActionBase):
             # the program each deployed router unit runs: the run talks to it until it restarts it
             running_impls={u["unit"]: sf.running_impl(deployed.get(u["unit"]), u["impl"]) for u in units},
             running_impl=sf.running_impl(deployed.get(units[0]["unit"]), units[0]["impl"]),
-            # where the worker API calls of a run reach each router (router_workers' routers): its unit, host, URL
-            # and the program that answers there now
+            # where the worker API calls of a run reach each router (router_workers' routers): its unit, host, the
+            # URL and readiness URL it answers at now and the program that answers there. That is its deployed
+            # record's until this run restarts it: the workers' play runs before the router's, so a router whose
+            # address this run moves (a second router host joins: sglang_router_instance_host leaves loopback)
+            # still answers at its old address while the workers roll and retire.
             endpoints=[
                 {
                     "unit": u["unit"],
                     "host": host,
-                    "url": u["url"],
+                    **sf.running_urls(deployed.get(u["unit"]), u),
                     "implementation": sf.running_impl(deployed.get(u["unit"]), u["impl"]),
                 }
                 for u in units

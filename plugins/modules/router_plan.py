@@ -75,7 +75,9 @@ running_impls:
 endpoints:
   description:
     - Where the worker API calls of a run reach each router unit of RV(units) (M(disagg.sglang.router_workers)'s
-      O(disagg.sglang.router_workers#module:routers)), each C({unit, host, url, implementation}); C(implementation)
+      O(disagg.sglang.router_workers#module:routers)), each C({unit, host, url, health_url, implementation}), where
+      it answers now. C(url) and C(health_url) are its deployed record's until the run restarts it (a run that moves
+      a router reaches it at its old address meanwhile), the planned ones where none is deployed; C(implementation)
       is the program that answers there now (as RV(running_impl)).
   returned: success
   type: list

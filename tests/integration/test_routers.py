@@ -1,19 +1,20 @@
-"""Several routers behind HAProxy (issue 39), on a sandbox host, under load: one deployment and a sequence of changes.
+"""Several routers behind HAProxy (issue 39), on sandbox hosts, under load: one deployment and a sequence of changes.
 
 pytest-rtr-1 holds 1P1D (the simulator) and two sglang-router instances behind HAProxy on the public address
-(127.0.0.1:8000). Every change runs site.yml while 16 requests are in flight through HAProxy's public port
-(tests/sandbox/load.py on the guest), and is judged twice: by the load's own record (every request's status) and by
-HAProxy's own counters (its runtime socket's `show stat`, read on the guest by tests/sandbox/haproxy_stat.py, which
-also watches every server's state through the change). A rerun after each change must change nothing.
+(127.0.0.1:8000); pytest-rtr-2, bare at first, joins as a second router host with one router later. Every change runs
+site.yml while at least 16 requests are in flight through HAProxy's public port (tests/sandbox/load.py on
+pytest-rtr-1), and is judged twice: by the load's own record (every request's status) and by HAProxy's own counters
+(its runtime socket's `show stat`, read on the guest by tests/sandbox/haproxy_stat.py, which also watches every
+server's state through the change). A rerun after each change must change nothing.
 
-The sequence (module-scoped fixtures, each on the one before): converge on sglang-router 0.3.1 -> the router version
-change 0.3.1 -> 0.3.2 -> a router flag change -> kill -9 of one router -> kill -9 of HAProxy. A planned change rolls
-one router at a time (roles/sglang_router/tasks/roll.yml: drained in every router host's HAProxy, restarted, ready,
-enabled) and loses no request; a killed router loses at most the requests it held, none sent after it (HAProxy
-retries a refused connection on the other router: lb.py "retry-on conn-failure"); systemd restarts it and HAProxy
-takes it back once its readiness answers; a killed HAProxy is restarted by systemd within seconds. Each writes its row
-of the error budget (faults.record, tests/bench/error_budget.py). Not here yet: the two-router-host layout and the
-switch to SMG under load (issue 39; see the commit that added this module).
+The sequence (module-scoped fixtures, each on the one before): converge on sglang-router 0.3.1 -> the router
+version change 0.3.1 -> 0.3.2 -> a router flag change -> kill -9 of one router -> kill -9 of HAProxy -> the
+two-router-host layout -> a router flag change there -> kill -9 of the second host's router -> the switch to SMG over
+the three routers of both hosts. A planned
+change rolls one router at a time (roles/sglang_router/tasks/roll.yml: drained in every router host's HAProxy,
+restarted, ready, enabled) and loses no request; a killed router loses at most the requests it held, none sent after
+HAProxy's detection window (plugins/module_utils/router/lb.py detection_ms); systemd restarts it and HAProxy takes it
+back once its readiness answers. Each writes its row of the error budget (faults.record, tests/bench/error_budget.py).
 """
 
 import json
@@ -31,7 +32,7 @@ from sandbox_hosts import REPO, VENV_BIN, debug_messages, down, run, ssh_config,
 from tests.sandbox import haproxy_stat
 
 SANDBOX = "pytest-rtr"
-HOST1 = f"{SANDBOX}-1"
+HOST1, HOST2 = f"{SANDBOX}-1", f"{SANDBOX}-2"
 pytestmark = pytest.mark.usefixtures("sandbox_root")  # not root: fails, never skips (conftest.py)
 LOAD = REPO / "tests" / "sandbox" / "load.py"
 STAT = REPO / "tests" / "sandbox" / "haproxy_stat.py"
@@ -39,10 +40,11 @@ GUEST_LOAD, GUEST_STAT = "/root/load.py", "/root/haproxy_stat.py"
 LOAD_STOP, WATCH_STOP = "/root/load.stop", "/root/watch.stop"
 PUBLIC = "http://127.0.0.1:8000"  # sglang_router_host:sglang_router_port, HAProxy's frontend
 BACKEND, FRONTEND = "sglang_routers", "sglang_public"  # lb.DEFAULTS
-# Two routers on the host (sglang_router_instances, plan/router_rules.py)
+# Two routers on the first host, one on the second (sglang_router_instances, plan/router_rules.py)
 ROUTERS = {
     HOST1: [{"name": "router-a", "port": 8100, "prometheus_port": 29100},
             {"name": "router-b", "port": 8101, "prometheus_port": 29101}],
+    HOST2: [{"name": "router-a", "port": 8100, "prometheus_port": 29100}],
 }  # fmt: skip
 # Requests of about a second (a 0.3 s prefill, 150 tokens at 5 ms), 16 at a time through HAProxy: every router holds
 # some whenever it is drained or killed.
@@ -122,7 +124,8 @@ def address(bed, host):
 
 def write_inventory(bed, router_hosts):
     """The inventory: HOST1 in every group, ROUTER_HOSTS in group router, each with its router instances (host_vars)
-    and its own address as sglang_advertise_address."""
+    and its own address as sglang_advertise_address. HOST1 alone serves every role: its workers bind loopback (the
+    collection's colocated layout, plan_inputs.colocated) until a second router host joins."""
     inv = bed["inventory"]
     children = {
         "prefill": {"hosts": {HOST1: None}},
@@ -161,8 +164,8 @@ def deployed_router(host, unit):
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory):
-    """The host booted and converged (1P1D, two routers on sglang-router 0.3.1, HAProxy), then rerun."""
-    up(SANDBOX, hosts=1)
+    """Both hosts booted; the first converged (1P1D, two routers on sglang-router 0.3.1, HAProxy) and rerun."""
+    up(SANDBOX, hosts=2)
     try:
         hosts = json.loads((REPO / ".cache" / "sandbox" / SANDBOX / "hosts.json").read_text())
         inv = tmp_path_factory.mktemp("routers") / "inventory"
@@ -174,7 +177,8 @@ def bed(tmp_path_factory):
             (inv / "group_vars" / f"{group}.yml").symlink_to(REPO / f"inventories/sandbox/group_vars/{group}.yml")
         bed = {"inventory": inv, "hosts": hosts, "vars": {}}
         write_inventory(bed, [HOST1])
-        run(["scp", "-q", "-F", str(ssh_config(SANDBOX)), str(LOAD), str(STAT), f"{HOST1}:/root/"])
+        for host in (HOST1, HOST2):
+            run(["scp", "-q", "-F", str(ssh_config(SANDBOX)), str(LOAD), str(STAT), f"{host}:/root/"])
         bed["first"] = playbook(bed, {})
         bed["rerun"] = playbook(bed, {})
         print(f"converge {bed['first'].seconds:.1f} s, rerun {bed['rerun'].seconds:.1f} s")
@@ -452,3 +456,68 @@ def test_kill_9_of_haproxy_is_restarted_by_systemd_and_serves_again(haproxy_kill
     assert {(h, u): started_at(h, u) for h, u, _s in router_units(bed)} == router_starts, "a router restarted"
     rerun = recap(playbook(bed, bed["vars"]).stdout)
     assert all(c["failed"] == 0 and c["changed"] == 0 for c in rerun.values()), rerun
+
+
+@pytest.fixture(scope="module")
+def two_hosts(bed, haproxy_killed):
+    """HOST2 joins as a second router host (one router), then a rerun. Not under load: the deployment stops being
+    colocated, so its one prefill and one decode move from loopback to their address (sglang_bind_host) and restart,
+    and with one of each serving pauses by design (the rolling step's single-instance case); the routers on HOST1 move
+    to their advertise address too (sglang_router_instance_host)."""
+    write_inventory(bed, [HOST1, HOST2])
+    proc = playbook(bed, bed["vars"], check=False)
+    rerun = recap(playbook(bed, bed["vars"]).stdout)
+    return {"proc": proc, "rerun": rerun}
+
+
+def test_a_second_router_host_joins_and_both_haproxies_front_every_router(bed, two_hosts, capsys):
+    proc = two_hosts["proc"]
+    servers = {h: {r["svname"]: r["status"] for r in stat(h)["stat"] if r["pxname"] == BACKEND
+                   and r["svname"] != "BACKEND"} for h in (HOST1, HOST2)}  # fmt: skip
+    report(capsys, f"a second router host: run {proc.seconds:.0f} s rc {proc.returncode}; HAProxy servers {servers}; "
+                   f"rerun {two_hosts['rerun']}")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    want = {f"{HOST1}-router-a": "UP", f"{HOST1}-router-b": "UP", f"{HOST2}-router-a": "UP"}
+    assert servers == {HOST1: want, HOST2: want}, servers
+    assert set(two_hosts["rerun"]) == {HOST1, HOST2}
+    assert all(c["failed"] == 0 and c["changed"] == 0 for c in two_hosts["rerun"].values()), two_hosts["rerun"]
+    # each HAProxy sends to the other host's routers too: requests through HOST1's public port reach HOST2's router
+    snap = stat(HOST1)
+    load = json.loads(on(HOST1, f"python3 {GUEST_LOAD} --url {PUBLIC} run --requests 64 --concurrency 16 "
+                                "--deadline 60", timeout=120))  # fmt: skip
+    assert load["ok"] == load["total"] == 64, load["errors"]
+    assert haproxy_stat.counter_delta(snap, stat(HOST1), BACKEND, f"{HOST2}-router-a")["stot"] > 0
+
+
+@pytest.fixture(scope="module")
+def flag_change_two_hosts(bed, two_hosts):
+    return planned_change(bed, {"sglang_router_circuit_breaker_failure_threshold": 9},
+                          "router flag change, two router hosts")  # fmt: skip
+
+
+def test_a_router_flag_change_on_two_router_hosts_rolls_without_a_failed_request(flag_change_two_hosts, capsys):
+    judge_planned(flag_change_two_hosts, capsys, "router flag change on two router hosts")
+
+
+@pytest.fixture(scope="module")
+def host2_router_killed(bed, flag_change_two_hosts):
+    return bed
+
+
+def test_kill_9_of_the_second_hosts_router_loses_at_most_what_it_held(host2_router_killed, capsys):
+    kill_router(host2_router_killed, HOST2, capsys)
+    rerun = recap(playbook(host2_router_killed, host2_router_killed["vars"]).stdout)
+    assert all(c["failed"] == 0 and c["changed"] == 0 for c in rerun.values()), rerun
+
+
+# The switch to SMG comes last, over the three routers of both hosts.
+@pytest.fixture(scope="module")
+def smg_switch(bed, host2_router_killed):
+    return planned_change(bed, {"sglang_router_impl": "smg", "sglang_deps_router_packages": ["smg==1.13.0"]},
+                          "router switch sglang-router -> SMG")  # fmt: skip
+
+
+def test_the_switch_to_smg_rolls_without_a_failed_request(bed, smg_switch, capsys):
+    judge_planned(smg_switch, capsys, "switch sglang-router 0.3.2 -> smg 1.13.0")
+    versions = {u: deployed_router(h, u) for h, u, _s in router_units(bed)}
+    assert set(versions.values()) == {"smg 1.13.0"}, versions

@@ -79,9 +79,11 @@ def test_router_plan_plans_a_unit_per_router_instance_through_ansible(planned, t
     assert result["running_impls"] == {"sglang-router-a": "sglang_router", "sglang-router-b": "sglang_router"}
     # where the rolling and retire steps reach each of them (roles/sglang_worker/tasks/router_key.yml)
     assert result["endpoints"] == [
-        {"unit": "sglang-router-a", "host": HOST, "url": "http://127.0.0.1:8001", "implementation": "sglang_router"},
-        {"unit": "sglang-router-b", "host": HOST, "url": "http://127.0.0.1:8002", "implementation": "sglang_router"},
-    ]
+        {"unit": f"sglang-router-{n}", "host": HOST, "url": f"http://127.0.0.1:{port}",
+         "health_url": f"http://127.0.0.1:{port}/readiness", "implementation": "sglang_router"}
+        for n, port in (("a", 8001), ("b", 8002))
+    ]  # fmt: skip
+    assert [e["health_url"] for e in result["endpoints"]] == [u["health_url"] for u in result["units"]]
     # HAProxy's servers: named <host>-<instance>, dialled at sglang_router_instance_host (one router host: loopback)
     assert [(r["server"], r["host"], r["port"], r["unit"]) for r in result["lb_routers"]] == [
         (f"{HOST}-router-a", "127.0.0.1", 8001, "sglang-router-a"),
@@ -113,3 +115,26 @@ def test_router_plan_refuses_an_untested_combination_unless_allowed_knowingly(pl
                                     "1.12.0, engine sglang-pd-sim 0.1.0, nixl 1.5.1."), result["msg"]  # fmt: skip
     status, result = router_plan(tmp_path, workers, **untested, sglang_router_allow_untested_combination=True)
     assert status == f"{HOST} | SUCCESS" and result["unit"]["impl"] == "smg", result
+
+
+def test_router_plan_reaches_a_router_where_its_record_says_it_answers_until_the_run_moves_it(planned, tmp_path):
+    """A second router host joins: sglang_router_instance_host leaves loopback, so the plan moves every router to the
+    host's address. The workers' play runs before the router's: its rolling and retire steps must reach each router
+    where it runs now (its record's URLs), and the planned unit keeps the new address for the router's restart."""
+    workers, _router = planned
+    instances = [{"name": "router-a", "port": 8001, "prometheus_port": 29001},
+                 {"name": "router-b", "port": 8002, "prometheus_port": 29002}]  # fmt: skip
+    moved = {"sglang_router_instances": instances, "sglang_router_instance_host": "10.0.0.7"}
+    record = {"impl": "sglang_router", "module": "sglang_router.launch_router",
+              "url": "http://127.0.0.1:8001", "health_url": "http://127.0.0.1:8001/readiness"}  # fmt: skip
+    status, result = router_plan(tmp_path, workers, **moved, sglang_deployed={"sglang-router-a": record})
+    assert status == f"{HOST} | SUCCESS", result
+    assert [u["url"] for u in result["units"]] == ["http://10.0.0.7:8001", "http://10.0.0.7:8002"]
+    # router-a is deployed at loopback: reached there; router-b was never deployed: reached where it will start
+    assert [(e["url"], e["health_url"]) for e in result["endpoints"]] == [
+        ("http://127.0.0.1:8001", "http://127.0.0.1:8001/readiness"),
+        ("http://10.0.0.7:8002", "http://10.0.0.7:8002/readiness"),
+    ]
+    # a record from before the records kept the URLs: the planned ones
+    status, result = router_plan(tmp_path, workers, **moved, sglang_deployed={"sglang-router-a": {"impl": "smg"}})
+    assert result["endpoints"][0]["url"] == "http://10.0.0.7:8001" and result["endpoints"][0]["implementation"] == "smg"

@@ -199,6 +199,15 @@ def running_impl(record, planned_impl):
     return next((name for name, row in ROUTER_IMPLS.items() if row["module"] == record.get("module")), planned_impl)
 
 
+def running_urls(record, unit):
+    """{url, health_url} where a deployed router unit answers now: its RECORD's (both strings), else the planned
+    UNIT's (nothing deployed yet, or a record without them). A run that moves a router (a second router host joins,
+    so sglang_router_instance_host leaves loopback) reaches it at its old address until it restarts it."""
+    if isinstance(record, dict) and isinstance(record.get("url"), str) and isinstance(record.get("health_url"), str):
+        return {"url": record["url"], "health_url": record["health_url"]}
+    return {"url": unit["url"], "health_url": unit["health_url"]}
+
+
 def router_flags(values, extra_flags=None, impl="sglang_router"):
     """The router's flags: the flags of IMPL (ROUTER_IMPLS) from their variables' values ({variable: value}), then
     the user's extra flags (which the rules keep off those)."""
