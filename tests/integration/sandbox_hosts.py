@@ -127,3 +127,13 @@ def local_play(tmp_path, children, play, variables, *args):
     path = tmp_path / "play.yml"
     path.write_text(play)
     return controller_playbook(inv, path, variables, tmp_path, *args).stdout
+
+
+def recap(stdout):
+    """{host: {ok, changed, failed, ...}} from a playbook's PLAY RECAP."""
+    hosts = {}
+    for line in stdout.split("PLAY RECAP", 1)[-1].splitlines():
+        if ":" in line and "=" in line:
+            host, _unused, counts = line.partition(":")
+            hosts[host.strip()] = {k: int(v) for k, v in (p.split("=") for p in counts.split())}
+    return hosts

@@ -18,7 +18,7 @@ import faults
 import pytest
 import yaml
 from multihost import DECODE_INSTANCES, MODEL_REPO, MODEL_SHARDS, TEST_VARS, sandbox_up_command, write_inventory
-from sandbox_hosts import REPO, VENV_BIN, debug_messages, down, run, ssh_config
+from sandbox_hosts import REPO, VENV_BIN, debug_messages, down, recap, run, ssh_config
 
 from tests.sandbox import hubsim
 
@@ -30,16 +30,6 @@ GUEST_LOAD = "/root/load.py"
 LOAD_STOP = "/root/load.stop"
 # DISAGG_MULTIHOST_REUSE=1 (development only): take the hosts as they are, converged by an earlier run.
 REUSE = bool(os.environ.get("DISAGG_MULTIHOST_REUSE"))
-
-
-def recap(stdout):
-    """{host: {ok, changed, failed, ...}} from a playbook's PLAY RECAP."""
-    hosts = {}
-    for line in stdout.split("PLAY RECAP", 1)[-1].splitlines():
-        if ":" in line and "=" in line:
-            host, _unused, counts = line.partition(":")
-            hosts[host.strip()] = {k: int(v) for k, v in (p.split("=") for p in counts.split())}
-    return hosts
 
 
 # Issue 40: the model comes from a hub source, the test bed's hub double on this controller, which counts every byte

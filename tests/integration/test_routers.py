@@ -28,7 +28,7 @@ import time
 import faults
 import pytest
 import yaml
-from sandbox_hosts import REPO, VENV_BIN, debug_messages, down, run, ssh_config, up
+from sandbox_hosts import REPO, VENV_BIN, debug_messages, down, recap, run, ssh_config, up
 
 from tests.sandbox import haproxy_stat
 
@@ -68,16 +68,6 @@ DETECTION_MARGIN_S = 1.0  # the watch samples every 0.2 s and ssh adds its own d
 # kill -9 of a router: the kill goes out over ssh after the test notes its time, and the router's held count is read
 # just before: a request HAProxy sent it in between is held too.
 KILL_SLACK_S, KILL_SLACK_REQUESTS = 1.0, 2
-
-
-def recap(stdout):
-    """{host: {ok, changed, failed, ...}} from a playbook's PLAY RECAP."""
-    hosts = {}
-    for line in stdout.split("PLAY RECAP", 1)[-1].splitlines():
-        if ":" in line and "=" in line:
-            host, _unused, counts = line.partition(":")
-            hosts[host.strip()] = {k: int(v) for k, v in (p.split("=") for p in counts.split())}
-    return hosts
 
 
 def failures(output):
