@@ -13,7 +13,7 @@ command, the date and the machine to docs/error-budget.md (--output), printing i
 test recorded is a row "not measured yet". Each fault is also checked by those tests against faults.BUDGET. Run it on
 a quiet machine, as root:
 
-    .venv/bin/python tests/bench/error_budget.py [--only faults|multihost|routers] [--select EXPR] [--output PATH]
+    .venv/bin/python tests/bench/error_budget.py [--only faults|multihost|routers ...] [--select EXPR] [--output PATH]
 
 --select narrows a module's selection with pytest's -k (for example `--select scale_in`): the document then says it
 is partial. The whole run takes more than an hour (three sandboxes, one after the other, each brought up and taken
@@ -42,7 +42,7 @@ import faults  # noqa: E402
 # test_routers: the whole module, no -k: one deployment and a sequence of changes (module-scoped fixtures), each
 # test starting from the state the one before it left.
 MODULES = {
-    "faults": ("tests/integration/test_faults.py", "kill_9 or frozen"),
+    "faults": ("tests/integration/test_faults.py", "kill_9 or frozen or one_router"),
     "multihost": (
         "tests/integration/test_multihost.py",
         "rerun or kill_9 or flag_change or stalled_decode or engine_upgrade or scale_in",
@@ -76,10 +76,11 @@ DEFINITIONS = """\
 - **event**: `kill -9`: the unit killed with SIGKILL (`systemctl kill`) while the load runs; systemd restarts it
   and its next start loads "weights" for `faults.STARTUP_DELAY` s (35) first. A change: one `ansible-playbook
   site.yml` run that makes it while the load runs. In brackets, the router program (sglang-router 0.3.2 or SMG).
-- **event** of the routers (tests/integration/test_routers.py, 1P1D workers): `router planned change`: a run that
-  changes the routers' flags, version or program (sglang-router <-> SMG); with two routers it drains, restarts and
-  enables one router at a time in HAProxy, with one it restarts the router (serving pauses). `router kill -9`: one
-  router unit killed with SIGKILL; systemd restarts it and HAProxy takes it back once its `/readiness` answers 200.
+- **event** of the routers (1P1D workers; two routers: tests/integration/test_routers.py, one router:
+  test_faults.py): `router planned change`: a run that changes the routers' flags, version or program
+  (sglang-router <-> SMG); with two routers it drains, restarts and enables one router at a time in HAProxy, with
+  one it restarts the router (serving pauses). `router kill -9`: one router unit killed with SIGKILL; systemd
+  restarts it and HAProxy, where there is one, takes it back once its `/readiness` answers 200.
   `haproxy kill -9`: the HAProxy of the router host killed with SIGKILL; its unit's drop-in restarts it after 1 s.
 - **deployment**: `1P1D (none)`: one host, one instance of each role, nothing to route around the killed one.
   `2P2D (one of two)`: a router host, two prefill instances on one host, two decode instances on two hosts; one of
@@ -102,12 +103,15 @@ DEFINITIONS = """\
   start until the router routes to exactly the workers it lists after the run (the planned ones, all healthy) and
   keeps doing so to the end of the load. `-`: not recovered while the load ran (or, for peers, not published).
 - Peers' **recovery** is their README's "Recovery Time": the kill until the killed process serves again.
-- **not measured yet**: an event of the routers' test (`--only routers`) that no run of this script has recorded:
-  its numbers come with the next run that includes that module, none are estimated here. (test_faults.py's
-  `kill -9 router` row, 1P1D (none), is a single router killed on a one-host deployment.)"""
+- **in flight at the event**, one router's planned change: requests in flight when its unit stopped (systemd's
+  ActiveExitTimestamp); its **recovery**: that stop until the load's poll of `/readiness` saw 200 again.
+- **not measured yet**: a router event that no run of this script has recorded (`--only routers` for two
+  routers, `--only faults` for one): its numbers come with the next run that includes that module, none are
+  estimated here."""
 NOT_MEASURED = """\
 - The router rows marked "not measured yet" (a planned change and a kill -9, with and without redundancy, and a
-  kill -9 of HAProxy) until a run of this script includes tests/integration/test_routers.py. Dynamo's published
+  kill -9 of HAProxy) until a run of this script includes tests/integration/test_routers.py (two routers) and
+  test_faults.py (one router). Dynamo's published
   frontend figure is of a single frontend; llm-d's failover is active-passive, not two routers serving at once.
 - The loss of a whole router host: the collection does not deploy a floating address (keepalived) across router
   hosts, so a client of the lost host's address fails until it uses another router host's address.
@@ -208,7 +212,8 @@ def commit():
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=sorted(MODULES), help="run one of the modules")
+    parser.add_argument("--only", choices=sorted(MODULES), action="append",
+                        help="run this module only (given more than once: these modules)")  # fmt: skip
     parser.add_argument("--select", help="narrow each module's selection (pytest -k), e.g. scale_in")
     parser.add_argument("--output", type=Path, default=OUTPUT, help=f"the document (default {OUTPUT})")
     args = parser.parse_args(argv)
@@ -223,7 +228,7 @@ def main(argv=None):
         "modules": {},
     }
     for name, (path, selection) in MODULES.items():
-        if args.only and name != args.only:
+        if args.only and name not in args.only:
             continue
         expression = " and ".join(f"({e})" for e in (selection, args.select) if e)
         target = [path, "-k", expression] if expression else [path]

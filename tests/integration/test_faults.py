@@ -234,7 +234,10 @@ def kill_9_under_load(host, unit, capsys, router):
                    f"{faults.latest_end_s(result)} s "
                    f"({len(late)} over {faults.FAIL_FAST_S:.0f} s); ready again after {cost['recovery_s']} s; "
                    f"the prefill's KV at idle {kv_idle_s} s after the load")  # fmt: skip
-    faults.record(f"kill -9 {unit.removeprefix('sglang-')} ({router})", "1P1D (none)", cost)
+    if unit == "sglang-router":  # the error budget's row of a router without redundancy (issue 39)
+        faults.record(f"router kill -9 ({router})", "one router", cost)
+    else:
+        faults.record(f"kill -9 {unit.removeprefix('sglang-')} ({router})", "1P1D (none)", cost)
     # it ran to its end: every request sent, or starts until its deadline (a gap of 5 s at most, for 16
     # requests that were all waiting on their 10 s timeout)
     last_start = max(start for start, _end, _status in result["timeline"])
@@ -457,3 +460,69 @@ def test_kill_9_of_decode_through_smg_fails_no_request_later_than_15_s(host, cap
     assert "smg.launch_router" in on_host(host, "cat /etc/systemd/system/sglang-router.service").stdout
     assert ("smg", "decode") not in faults.KNOWN_HANGS
     kill_9_under_load(host, "sglang-decode0", capsys, "smg")
+
+
+# Issue 39, the error budget's planned router change without redundancy: with one router (no
+# sglang_router_instances, no HAProxy) a change of the router's flags restarts it at once, and the run says so.
+# Requests through it fail from its stop until it is ready again, and only then, by the load's own record: its
+# requests and its poll of the router's /readiness (load.py --readiness). SMG is in place since the freeze test.
+ONE_ROUTER_CHANGE = {**TIMING, "sglang_router_impl": "smg", "sglang_router_retry_max_retries": 4}
+CHANGE_STOP = "/root/change.stop"
+CHANGE_LOAD = ["run", "--requests", "5000", "--concurrency", "16", "--rate", "20",
+               "--timeout", str(faults.FAULT_CLIENT_TIMEOUT), "--deadline", "300", "--readiness",
+               "--stop-file", CHANGE_STOP]  # fmt: skip
+PAUSE_BOUND = 30.0  # seconds from the router's stop until its /readiness answers 200 again
+
+
+def unit_time(host, unit, prop):
+    """A timestamp property of UNIT (ExecMainStartTimestamp, ActiveExitTimestamp) as epoch seconds, or None."""
+    out = on_host(host, f"systemctl show -P {prop} --timestamp=unix {unit}.service").stdout.strip()
+    return float(out.lstrip("@")) if out else None
+
+
+def test_a_router_flag_change_with_one_router_pauses_serving_and_says_so(host, capsys):
+    wait_ready(host)
+    started_before = unit_time(host, "sglang-router", "ExecMainStartTimestamp")
+    loader = subprocess.Popen(
+        [*host["ssh"], shlex.join(["python3", GUEST_LOAD, *CHANGE_LOAD])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(2.0)  # 16 in flight before the run begins
+        proc = run([str(VENV_BIN / "ansible-playbook"), "-i", host["inventory"], "site.yml",
+                    "-e", json.dumps(ONE_ROUTER_CHANGE)], check=False)  # fmt: skip
+        time.sleep(3.0)
+        on_host(host, f"touch {CHANGE_STOP}")
+        out, err = loader.communicate(timeout=120)
+    finally:
+        if loader.poll() is None:
+            loader.kill()
+            loader.communicate()
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert loader.returncode == 0, f"load failed ({loader.returncode}): {out}\n{err}"
+    result = json.loads(out)
+    stop_at = unit_time(host, "sglang-router", "ActiveExitTimestamp")
+    assert unit_time(host, "sglang-router", "ExecMainStartTimestamp") != started_before, "the router did not restart"
+    t0 = result["t0"]
+    ready = [t0 + t for t, seen in result["readiness"] if t0 + t > stop_at and seen.startswith("200")]
+    ready_at = ready[0] if ready else None
+    cost = faults.summary(result, stop_at, ready_at)
+    faults.record("router planned change: a flag (smg)", "one router", cost)
+    failed = [round(t0 + start - stop_at, 2) for start, _end, status in result["timeline"] if status != "200"]
+    report(capsys, f"router flag change with one router (smg): run {proc.seconds:.0f} s; {cost['failed']}/"
+                   f"{cost['sent']} failed {cost['errors']}, {cost['in_flight']} in flight at its stop; failures "
+                   f"started {cost['first_failure_s']}..{cost['last_failure_s']} s after its stop; ready again "
+                   f"{cost['recovery_s']} s after it")  # fmt: skip
+    said = " ".join(proc.stdout.split())  # the callback folds a long message over lines
+    assert "sglang-router (router) restarts now: no redundancy: serving pauses until it is ready again" in said
+    assert result["stopped_by"] == "stop-file", f"the load ended on its {result['stopped_by']}, before the change"
+    assert ready_at is not None and cost["recovery_s"] <= PAUSE_BOUND, (cost, result["readiness"])
+    # the pause is the restart's: nothing failed before the router stopped, nothing sent once it was ready again
+    assert all(-1.0 <= f <= cost["recovery_s"] + 1.0 for f in failed), (failed, cost)
+    assert any(t0 + start > ready_at and status == "200" for start, _end, status in result["timeline"]), (
+        "no request was served after the router was ready again"
+    )
+    after = load(host, *AFTER_LOAD)
+    assert after["total"] == 100 and after["ok"] == 100, f"the batch after the change had failures: {after['errors']}"

@@ -319,7 +319,7 @@ def test_switching_to_smg_is_one_run_with_a_short_pause_and_a_rerun_changes_noth
                    f"{sum(c['changed'] for c in sw['rerun'].values())}")  # fmt: skip
     said = " ".join(sw["output"].split())  # the callback folds a long message over lines
     assert (
-        "sglang-router (router) restarts now: requests through it pause until it is ready again (seconds); the "
+        "sglang-router (router) restarts now: no redundancy: serving pauses until it is ready again (seconds); the "
         "workers keep running, and it changes program: sglang_router -> smg"
     ) in said, sw["output"][-3000:]
     assert sw["router_after"] != sw["router_before"], "the router did not restart onto SMG"

@@ -7,11 +7,13 @@ pytest-rtr-1), and is judged twice: by the load's own record (every request's st
 (its runtime socket's `show stat`, read on the guest by tests/sandbox/haproxy_stat.py, which also watches every
 server's state through the change). A rerun after each change must change nothing.
 
-The sequence (module-scoped fixtures, each on the one before): converge on sglang-router 0.3.2 -> a router flag
-change -> kill -9 of one router -> kill -9 of HAProxy -> the two-router-host layout -> a router flag change there ->
-kill -9 of the second host's router -> the switch to SMG over the three routers of both hosts. No router version
-change yet: the wheelhouse's other sglang-router, 0.3.1, does not start reliably (its worker registration deadlocked
-on a restart here, and one of its routers never became ready in a fresh-clone CI run's first converge). A planned
+The sequence (module-scoped fixtures, each on the one before), on one router host: converge on sglang-router 0.3.2
+-> a router flag change -> kill -9 of one router -> kill -9 of HAProxy -> the switch to SMG (smg 1.12.0) -> a router
+version change (smg 1.12.0 -> 1.13.0); then the two-router-host layout -> a router flag change there -> kill -9 of the
+second host's router -> the switch back to sglang-router 0.3.2 -> the switch to SMG (smg 1.12.0) -> the version change
+(smg 1.12.0 -> 1.13.0), each over the three routers of both hosts. The version changes are SMG's: the one
+sglang-router release before 0.3.2, 0.3.1, did not start reliably here (its worker registration deadlocked on a
+restart; one of its routers never became ready in a fresh-clone CI run's first converge). A planned
 change rolls one router at a time (roles/sglang_router/tasks/roll.yml: drained in every router host's HAProxy,
 restarted, ready, enabled) and loses no request; a killed router loses at most the requests it held, none sent after
 HAProxy's detection window (plugins/module_utils/router/lb.py detection_ms); systemd restarts it and HAProxy takes it
@@ -431,8 +433,42 @@ def test_kill_9_of_haproxy_is_restarted_by_systemd_and_serves_again(haproxy_kill
     assert all(c["failed"] == 0 and c["changed"] == 0 for c in rerun.values()), rerun
 
 
+SMG_OLD, SMG_NEW = "smg==1.12.0", "smg==1.13.0"
+TO_SMG_OLD = {"sglang_router_impl": "smg", "sglang_deps_router_packages": [SMG_OLD]}
+TO_SMG_NEW = {"sglang_deps_router_packages": [SMG_NEW]}
+TO_SGLANG_ROUTER = {"sglang_router_impl": "sglang_router", "sglang_deps_router_packages": ["sglang-router==0.3.2"]}
+
+
+def judge_versions(bed, want):
+    versions = {f"{u}@{h}": deployed_router(h, u) for h, u, _s in router_units(bed)}
+    assert set(versions.values()) == {want}, versions
+
+
+# One router host: the switch to SMG, then SMG's version change (both routers of HOST1).
 @pytest.fixture(scope="module")
-def two_hosts(bed, haproxy_killed):
+def smg_switch_one_host(bed, haproxy_killed):
+    return planned_change(bed, TO_SMG_OLD, "router switch sglang-router 0.3.2 -> smg 1.12.0")
+
+
+def test_the_switch_to_smg_on_one_router_host_rolls_without_a_failed_request(bed, smg_switch_one_host, capsys):
+    judge_planned(smg_switch_one_host, capsys, "switch sglang-router 0.3.2 -> smg 1.12.0 on one router host")
+    judge_versions(bed, "smg 1.12.0")
+
+
+@pytest.fixture(scope="module")
+def version_change_one_host(bed, smg_switch_one_host):
+    return planned_change(bed, TO_SMG_NEW, "router version change smg 1.12.0 -> 1.13.0")
+
+
+def test_a_router_version_change_on_one_router_host_rolls_without_a_failed_request(
+    bed, version_change_one_host, capsys
+):
+    judge_planned(version_change_one_host, capsys, "version change smg 1.12.0 -> 1.13.0 on one router host")
+    judge_versions(bed, "smg 1.13.0")
+
+
+@pytest.fixture(scope="module")
+def two_hosts(bed, version_change_one_host):
     """HOST2 joins as a second router host (one router), then a rerun. Not under load: the deployment stops being
     colocated, so its one prefill and one decode move from loopback to their address (sglang_bind_host) and restart,
     and with one of each serving pauses by design (the rolling step's single-instance case); the routers on HOST1 move
@@ -465,7 +501,7 @@ def test_a_second_router_host_joins_and_both_haproxies_front_every_router(bed, t
 @pytest.fixture(scope="module")
 def flag_change_two_hosts(bed, two_hosts):
     return planned_change(bed, {"sglang_router_circuit_breaker_failure_threshold": 9},
-                          "router flag change, two router hosts")  # fmt: skip
+                          "router flag change (smg 1.13.0), two router hosts")  # fmt: skip
 
 
 def test_a_router_flag_change_on_two_router_hosts_rolls_without_a_failed_request(flag_change_two_hosts, capsys):
@@ -483,14 +519,34 @@ def test_kill_9_of_the_second_hosts_router_loses_at_most_what_it_held(host2_rout
     assert all(c["failed"] == 0 and c["changed"] == 0 for c in rerun.values()), rerun
 
 
-# The switch to SMG comes last, over the three routers of both hosts.
+# Two router hosts: back to sglang-router, the switch to SMG, SMG's version change (the three routers of both hosts).
 @pytest.fixture(scope="module")
-def smg_switch(bed, host2_router_killed):
-    return planned_change(bed, {"sglang_router_impl": "smg", "sglang_deps_router_packages": ["smg==1.13.0"]},
-                          "router switch sglang-router -> SMG")  # fmt: skip
+def back_to_sglang_router(bed, host2_router_killed):
+    return planned_change(bed, TO_SGLANG_ROUTER, "router switch smg 1.13.0 -> sglang-router 0.3.2, two router hosts")
 
 
-def test_the_switch_to_smg_rolls_without_a_failed_request(bed, smg_switch, capsys):
-    judge_planned(smg_switch, capsys, "switch sglang-router 0.3.2 -> smg 1.13.0")
-    versions = {u: deployed_router(h, u) for h, u, _s in router_units(bed)}
-    assert set(versions.values()) == {"smg 1.13.0"}, versions
+def test_the_switch_back_to_sglang_router_rolls_without_a_failed_request(bed, back_to_sglang_router, capsys):
+    judge_planned(back_to_sglang_router, capsys, "switch smg 1.13.0 -> sglang-router 0.3.2 on two router hosts")
+    judge_versions(bed, "sglang-router 0.3.2")
+
+
+@pytest.fixture(scope="module")
+def smg_switch(bed, back_to_sglang_router):
+    return planned_change(bed, TO_SMG_OLD, "router switch sglang-router 0.3.2 -> smg 1.12.0, two router hosts")
+
+
+def test_the_switch_to_smg_on_two_router_hosts_rolls_without_a_failed_request(bed, smg_switch, capsys):
+    judge_planned(smg_switch, capsys, "switch sglang-router 0.3.2 -> smg 1.12.0 on two router hosts")
+    judge_versions(bed, "smg 1.12.0")
+
+
+@pytest.fixture(scope="module")
+def version_change_two_hosts(bed, smg_switch):
+    return planned_change(bed, TO_SMG_NEW, "router version change smg 1.12.0 -> 1.13.0, two router hosts")
+
+
+def test_a_router_version_change_on_two_router_hosts_rolls_without_a_failed_request(
+    bed, version_change_two_hosts, capsys
+):
+    judge_planned(version_change_two_hosts, capsys, "version change smg 1.12.0 -> 1.13.0 on two router hosts")
+    judge_versions(bed, "smg 1.13.0")

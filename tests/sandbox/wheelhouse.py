@@ -35,13 +35,15 @@ PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)] + [
 # huggingface_hub: the simulator's dependency, as sglang's (the engine venv stages a model source with it)
 WITH_DEPS = ["sglang-router==0.3.2", "smg==1.13.0", "nvidia-ml-py==13.615.71", "numpy", "pip", "setuptools", "wheel",
              "huggingface_hub==2.4.0"]  # fmt: skip
-# The router release before sglang-router 0.3.2, so a router version change (0.3.1 -> 0.3.2) can be tested
+# The SMG release before 1.13.0, so a router version change (smg 1.12.0 -> 1.13.0) can be tested
 # (tests/integration/test_routers.py). Apart from WITH_DEPS: pip refuses two versions of one distribution in a run.
-# Without dependencies: 0.3.1 requires what 0.3.2 does (setproctitle, aiohttp, orjson, uvicorn, fastapi; both wheels'
-# METADATA). Its wheel is manylinux_2_24 only (PLATFORMS holds it). Its parser takes every flag the router plan
-# emits (plugins/module_utils/units/units.py router_unit); it lacks 0.3.2's --assignment-mode,
-# --disable-health-check and --redis-url/--redis-pool-max/--redis-retention-days, which the plan does not emit.
-PREVIOUS_ROUTER = ["sglang-router==0.3.1"]
+# Without dependencies: 1.12.0 requires what 1.13.0 does (setproctitle, grpcio, grpcio-health-checking, pyyaml; both
+# wheels' METADATA); its wheel is cp38-abi3 manylinux_2_17. Its parser (`python -m smg.launch_router --help`, read
+# 2026-12-05) takes every flag the router plan emits (plugins/module_utils/units/sglang_flags.py); 1.13.0 adds
+# flags the plan does not emit (--discovery-*, --tenant-*, --priority-scheduler-*, --worker-stale-secs, ...).
+# sglang-router 0.3.1, the one sglang-router release before 0.3.2, is not here: it did not start reliably (its worker
+# registration deadlocked on a restart; one of two routers never became ready in a converge).
+PREVIOUS_ROUTER = ["smg==1.12.0"]
 # nixl is the meta package that provides `nixl._api` (the import sglang makes); nixl-cu13 the CUDA 13 build.
 NO_DEPS = ["nixl==1.5.1", "nixl-cu13==1.5.1"]
 # The benchmark client of playbooks/bench.yml (roles/sglang_bench installs it into its own venv on the

@@ -9,6 +9,7 @@ from test_rules import preflight, topology  # noqa: F401 (the fixture)  # pylint
 ROUTER = "sglang-router 0.3.2"
 ENGINE = "sglang 0.5.23"
 NIXL = "nixl 1.5.1"
+SIM1 = "sglang-pd-sim 0.1.0"
 SIM2 = "sglang-pd-sim 0.2.0"
 
 
@@ -19,9 +20,11 @@ SIM2 = "sglang-pd-sim 0.2.0"
         pytest.param("smg 1.13.0", [ENGINE], NIXL, [], id="smg with the default engine"),
         pytest.param(ROUTER, ["sglang-pd-sim 0.1.0", "sglang-pd-sim 0.2.0"], NIXL, [], id="the simulator mid-roll"),
         pytest.param("smg 1.13.0", ["sglang-pd-sim 0.2.1"], NIXL, [], id="smg with the simulator"),
-        pytest.param("sglang-router 0.3.1", ["sglang-pd-sim 0.1.0"], NIXL, [], id="the older router, the simulator"),
-        pytest.param("sglang-router 0.3.1", [ENGINE], NIXL, [ENGINE], id="the older router with sglang, never tested"),
-        pytest.param("sglang-router 0.3.1", [SIM2], NIXL, [SIM2], id="the older router, sim 0.2.0"),
+        pytest.param("smg 1.12.0", ["sglang-pd-sim 0.1.0"], NIXL, [], id="the older smg, the simulator"),
+        pytest.param("smg 1.12.0", [SIM2], NIXL, [SIM2], id="the older smg, sim 0.2.0"),
+        pytest.param(
+            "sglang-router 0.3.1", [SIM1], NIXL, [SIM1], id="sglang-router 0.3.1, which did not start reliably"
+        ),
         pytest.param(ROUTER, ["sglang 0.5.24"], NIXL, ["sglang 0.5.24"], id="an engine never tested"),
         pytest.param("smg 1.12.0", [ENGINE], NIXL, [ENGINE], id="a router version never tested"),
         pytest.param(ROUTER, [ENGINE], "nixl 1.5.2", [ENGINE], id="a NIXL never tested"),
@@ -77,12 +80,13 @@ def test_each_release_of_the_sandbox_simulator_plans_inside_the_table(topology, 
     assert preflight(topology, extra={"sglang_deps_packages": packages}) == []
 
 
-def test_the_older_router_release_plans_inside_the_table(topology):  # noqa: F811
-    """sglang-router 0.3.1 (the sandbox wheelhouse holds it beside 0.3.2) with the sandbox's simulator 0.1.0: the
-    start of the router version change of tests/integration/test_routers.py."""
-    assert preflight(topology, extra={"sglang_deps_router_packages": ["sglang-router==0.3.1"]}) == []
-    refused = preflight(topology, extra={"sglang_deps_router_packages": ["sglang-router==0.3.0"]})
-    assert any("router sglang-router 0.3.0, engine sglang-pd-sim 0.1.0, nixl 1.5.1" in m for m in refused), refused
+def test_the_older_smg_release_plans_inside_the_table(topology):  # noqa: F811
+    """smg 1.12.0 (the sandbox wheelhouse holds it beside 1.13.0) with the sandbox's simulator 0.1.0: the start of
+    the router version change of tests/integration/test_routers.py; the release before it is refused, naming it."""
+    older = {"sglang_router_impl": "smg"}
+    assert preflight(topology, extra={**older, "sglang_deps_router_packages": ["smg==1.12.0"]}) == []
+    refused = preflight(topology, extra={**older, "sglang_deps_router_packages": ["smg==1.11.0"]})
+    assert any("router smg 1.11.0, engine sglang-pd-sim 0.1.0, nixl 1.5.1" in m for m in refused), refused
 
 
 def test_an_untested_engine_allowed_knowingly_plans(topology):  # noqa: F811

@@ -197,3 +197,20 @@ def test_the_peer_figures_of_the_routers_are_llm_d_failover_and_the_single_route
     assert (llm_d["sent"], llm_d["failed"]) == (18000, 0) and "llm-d/llm-d-router PR #2228" in llm_d["source"]
     ours = by_fault["router planned change: decode policy (smg)"]
     assert (ours["sent"], ours["failed"], ours["in_flight"], ours["redundancy"]) == (2888, 2005, 16, "one router")
+
+
+def test_only_given_twice_runs_those_two_modules_in_one_partial_table(tmp_path, monkeypatch):
+    ran = []
+
+    def fake_run(cmd, **kwargs):
+        if cmd[0] == "git":
+            return type("P", (), {"stdout": "abc1234\n" if "rev-parse" in cmd else "", "returncode": 0})()
+        ran.append(cmd)
+        return type("P", (), {"returncode": 0})()
+
+    monkeypatch.setattr(error_budget.subprocess, "run", fake_run)
+    out = tmp_path / "budget.md"
+    assert error_budget.main(["--only", "faults", "--only", "routers", "--output", str(out)]) == 0
+    targets = [cmd[cmd.index("-q") + 1] for cmd in ran]
+    assert targets == [error_budget.MODULES["faults"][0], error_budget.MODULES["routers"][0]], ran
+    assert "**Partial**" in out.read_text()

@@ -108,11 +108,11 @@ def test_router_plan_fails_naming_the_router_instance_and_the_fix(planned, tmp_p
 
 def test_router_plan_refuses_an_untested_combination_unless_allowed_knowingly(planned, tmp_path):
     workers, _router = planned
-    untested = {"sglang_router_impl": "smg", "sglang_deps_router_packages": ["smg==1.12.0"]}
+    untested = {"sglang_router_impl": "smg", "sglang_deps_router_packages": ["smg==1.11.0"]}
     status, result = router_plan(tmp_path, workers, **untested)
     assert status.endswith("FAILED!"), result
     assert result["msg"].startswith("This deployment runs a combination that was never tested together: router smg "
-                                    "1.12.0, engine sglang-pd-sim 0.1.0, nixl 1.5.1."), result["msg"]  # fmt: skip
+                                    "1.11.0, engine sglang-pd-sim 0.1.0, nixl 1.5.1."), result["msg"]  # fmt: skip
     status, result = router_plan(tmp_path, workers, **untested, sglang_router_allow_untested_combination=True)
     assert status == f"{HOST} | SUCCESS" and result["unit"]["impl"] == "smg", result
 

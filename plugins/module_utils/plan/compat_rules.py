@@ -47,15 +47,14 @@ TESTED = (
         "from the offline wheelhouse (tests/sandbox/wheelhouse.py)",
     },
     {
-        # the release before 0.3.2, kept so that a router version change can be tested (0.3.1 -> 0.3.2)
-        "routers": ("sglang-router 0.3.1",),
+        # the SMG release before 1.13.0, kept so that a router version change can be tested (smg 1.12.0 -> 1.13.0)
+        "routers": ("smg 1.12.0",),
         "engines": ("sglang-pd-sim 0.1.0",),
         "nixl": ("1.5.1",),
-        "evidence": "the sandbox: tests/integration/test_routers.py deploys it in front of the simulator 0.1.0 (from "
-        "the offline wheelhouse) and upgrades it to 0.3.2 under load; its own parser (the 0.3.1 wheel) takes every "
-        "flag the router plan emits (it lacks 0.3.2's --assignment-mode, --disable-health-check and --redis-*, which "
-        "the plan does not emit). A restart of it once never became ready: its worker registration workflow "
-        "deadlocked ('Workflow deadlocked: no steps ready and none running'). Not run with sglang itself",
+        "evidence": "the sandbox: tests/integration/test_routers.py switches sglang-router 0.3.2 to it in front of the "
+        "simulator 0.1.0 (from the offline wheelhouse) and upgrades it to 1.13.0 under load, on one router host and on "
+        "two; its own parser (the 1.12.0 wheel) takes every flag the router plan emits (1.13.0 adds --discovery-*, "
+        "--tenant-*, --priority-scheduler-* and others, which the plan does not emit). Not run with sglang itself",
     },
 )
 
