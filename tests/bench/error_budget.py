@@ -147,6 +147,13 @@ def with_expected(rows, expected=EXPECTED):
     return [*rows, *missing]
 
 
+def labelled(row):
+    """ROW with its event in the first column: the fault, then the row's "event" where the test names it (the
+    routers' module names each planned change: a flag change, a switch, a version change, and the layout)."""
+    event = row.get("event")
+    return {**row, "fault": f"{row['fault']}: {str(event).removeprefix('router ')}"} if event else row
+
+
 def markdown(rows, peers, meta):
     """The document: ROWS recorded by the tests, PEERS (faults.PEERS) and META (date, command, machine, selection,
     outcome of each module: {name: {"rc", "seconds", "target"}}, partial)."""
@@ -161,13 +168,13 @@ def markdown(rows, peers, meta):
         else ""
     )
     missing = "" if rows else "\nNo test recorded a row.\n"
-    rows = with_expected(rows)
+    rows = [labelled(row) for row in with_expected(rows)]
     return f"""# Error budget: faults and day-2 changes under load
 
 Written by `tests/bench/error_budget.py` (do not edit by hand; run it again). What each event cost the requests
 through the router, measured in the sandbox: systemd-nspawn hosts running the collection's units, the real routers
-(sglang-router 0.3.2, SMG 1.13.0) and the simulated engine (tests/sandbox/pdsim), with realistic load times. Each
-fault is also checked against `faults.BUDGET` by its test (tests/integration/faults.py).
+(sglang-router 0.3.2, SMG 1.12.0 and 1.13.0) and the simulated engine (tests/sandbox/pdsim), with realistic load
+times. Each fault is also checked against `faults.BUDGET` by its test (tests/integration/faults.py).
 {partial}
 - Date: {meta["date"]}
 - Commit: {meta["commit"]}

@@ -345,7 +345,7 @@ def kill_router(bed, host, capsys, instance="router-a"):
     _none, result, watch, before, after = under_load(bed, action, KILL_LOAD_ARGS)
     kill_at, back_at = state["kill_at"], state.get("back_at")
     cost = faults.summary(result, kill_at, back_at)
-    faults.record("router kill -9", REDUNDANT, cost)
+    faults.record("router kill -9", REDUNDANT, {**cost, "event": f"{instance}@{host}"})
     spans, _most = not_up_spans(watch)
     out = [(round(watch["t0"] + a - kill_at, 2), None if b is None else round(watch["t0"] + b - kill_at, 2))
            for a, b in spans.get(f"{BACKEND}/{server}", [])]  # fmt: skip

@@ -214,3 +214,14 @@ def test_only_given_twice_runs_those_two_modules_in_one_partial_table(tmp_path, 
     targets = [cmd[cmd.index("-q") + 1] for cmd in ran]
     assert targets == [error_budget.MODULES["faults"][0], error_budget.MODULES["routers"][0]], ran
     assert "**Partial**" in out.read_text()
+
+
+def test_a_row_that_names_its_event_shows_it_beside_the_fault_and_still_fills_its_placeholder():
+    row = {"fault": "router planned change", "redundancy": "two routers behind HAProxy", "sent": 217, "failed": 0,
+           "errors": {}, "in_flight": 16, "last_failure_s": None, "recovery_s": None,
+           "event": "router version change smg 1.12.0 -> 1.13.0"}  # fmt: skip
+    doc = error_budget.markdown([row], faults.PEERS, META)
+    assert (
+        "| router planned change: version change smg 1.12.0 -> 1.13.0 | two routers behind HAProxy | 217 | 0 |" in doc
+    )
+    assert f"| router planned change | two routers behind HAProxy | {NOT_YET} |" not in doc
