@@ -144,35 +144,53 @@ def prefill(args):
     summary = {"case": args.case, "decode_pid": offer["pid"], "mib": args.mib, "rooms": args.rooms}
 
     def new_xfer(i, room):
+        posted = time.monotonic()
         handle = agent.initialize_xfer("WRITE", src, dst[i], remote, f"room:{room}".encode())
         state, err = _post(agent, handle, room)
-        return {"room": room, "slot": i, "handle": handle, "state": state, "err": err, "posted": time.monotonic()}
+        settled = None if state == "PROC" else time.monotonic()
+        return {"room": room, "slot": i, "handle": handle, "state": state, "err": err, "posted": posted,
+                "settled_at": settled}  # fmt: skip
 
-    live, done_before_kill, next_room = [], 0, 0
+    live, posted_all, done, next_room = [], [], 0, 0
     if args.case == "inflight":
         for i in range(args.rooms):
             live.append(new_xfer(i, next_room))
             next_room += 1
+        posted_all.extend(live)
         signalled = False
+        # Until the prefill sees the kill (the runner writes its time just before SIGKILL, on the shared monotonic
+        # clock), each handle's settle time is kept: a WRITE that ends with an error between the kill and the moment
+        # this loop sees it was in flight at the kill, however late a loaded machine lets this process look.
         while log.killed() is None:
-            for x in live:
+            for n, x in enumerate(live):
                 if x["state"] == "PROC":
                     x["state"], x["err"] = _state(agent, x["handle"])
+                    if x["state"] != "PROC":
+                        x["settled_at"] = time.monotonic()
                 if x["state"] == "DONE":
                     agent.release_xfer_handle(x["handle"])
-                    done_before_kill += 1
-                    x.update(new_xfer(x["slot"], next_room))
+                    done += 1
+                    live[n] = new_xfer(x["slot"], next_room)
+                    posted_all.append(live[n])
                     next_room += 1
             in_flight = sum(x["state"] == "PROC" for x in live)
-            if not signalled and done_before_kill >= 2 * args.rooms and in_flight:
+            if not signalled and done >= 2 * args.rooms and in_flight:
                 _publish(d / "inflight", str(in_flight))
                 signalled = True
         kill_seen = time.monotonic()
         for x in live:
             log(event="at_kill", room=x["room"], state=x["state"], err=x["err"],
                 age_s=round(log.killed_at - x["posted"], 4))  # fmt: skip
-        summary["writes_done_before_kill"] = done_before_kill
-        summary["in_flight_at_kill"] = sum(x["state"] == "PROC" for x in live)
+            if x["settled_at"] is not None and x["settled_at"] >= log.killed_at:
+                x["settled_t"] = round(x["settled_at"] - log.killed_at, 4)
+        summary["writes_done_before_kill"] = sum(
+            1 for x in posted_all if x["state"] == "DONE" and x["settled_at"] < log.killed_at
+        )
+        summary["in_flight_at_kill"] = sum(
+            1 for x in posted_all
+            if x["posted"] < log.killed_at and (x["settled_at"] is None or x["settled_at"] >= log.killed_at)
+        )  # fmt: skip
+        summary["seen_kill_s_after"] = round(kill_seen - log.killed_at, 4)
         deadline = kill_seen + args.watch
         while time.monotonic() < deadline and any(x["state"] == "PROC" for x in live):
             for x in live:
@@ -256,8 +274,9 @@ def run(args):
             time.sleep(0.001)
         if args.case == "noindices":
             time.sleep(1.0)
+        killed_at = time.monotonic()  # before the signal: a WRITE the kill ends settles after it
         os.kill(dec.pid, signal.SIGKILL)
-        _publish(Path(d) / "killed", repr(time.monotonic()))
+        _publish(Path(d) / "killed", repr(killed_at))
         dec.wait()
         print(json.dumps({"event": "decode_killed", "signal": "SIGKILL", "pid": dec.pid}), flush=True)
         try:
