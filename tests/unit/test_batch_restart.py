@@ -112,18 +112,20 @@ def go(host, entries, wait=10, drain_timeout=60):
                           clock=host.clock)  # fmt: skip
 
 
+Q = br.QUIET  # a drain ends on 0 once its readings said 0 for this long
+
 # name: (answers by URL, the unit after its restart) -> healthy, unit_failed, drain left, reason, the previous files
 # dropped, seconds slept
 CASES = {
     "drained at once, healthy at the first poll": (
         {METRICS: [metrics(0)], HEALTH: [OK]},
         [("active", "running", 0)],
-        (True, False, 0, "healthy", True, 0.0),
+        (True, False, 0, "healthy", True, Q),
     ),
     "two requests drain in 0.5 s, then 1 s of loading": (
         {METRICS: [metrics(2), metrics(1), metrics(0)], HEALTH: [REFUSED, REFUSED, UNHEALTHY, UNHEALTHY, OK]},
         [("active", "running", 0)],
-        (True, False, 0, "healthy", True, 1.5),
+        (True, False, 0, "healthy", True, 0.5 + Q + 1.0),
     ),
     "no sglang metrics: cannot tell, no drain wait": (
         {METRICS: [NOT_SGLANG], HEALTH: [OK]},
@@ -140,17 +142,17 @@ CASES = {
     "gauges stale at 0, the load snapshot counts two, then one, then none": (
         {METRICS: [metrics(0)], LOADS: [loads(1, 1), loads(1), loads(0)], HEALTH: [OK]},
         [("active", "running", 0)],
-        (True, False, 0, "healthy", True, 0.5),
+        (True, False, 0, "healthy", True, 0.5 + Q),
     ),
     "the load snapshot at 0 while the gauges still count one: not drained yet": (
         {METRICS: [metrics(1), metrics(0)], LOADS: [loads(0)], HEALTH: [OK]},
         [("active", "running", 0)],
-        (True, False, 0, "healthy", True, 0.25),
+        (True, False, 0, "healthy", True, 0.25 + Q),
     ),
     "a prefill's request whose KV is being sent counts": (
         {METRICS: [metrics(0)], LOADS: [loads(0, inflight=1), loads(0)], HEALTH: [OK]},
         [("active", "running", 0)],
-        (True, False, 0, "healthy", True, 0.25),
+        (True, False, 0, "healthy", True, 0.25 + Q),
     ),
     "a request never drains: the drain gives up after its timeout": (
         {METRICS: [metrics(1)], HEALTH: [OK]},
@@ -160,19 +162,42 @@ CASES = {
     "alive but unhealthy until the wait ends: previous files kept": (
         {METRICS: [metrics(0)], HEALTH: [UNHEALTHY]},
         [("active", "running", 0)],
-        (False, False, 0, "HTTP 503", False, 2.0),
+        (False, False, 0, "HTTP 503", False, Q + 2.0),
     ),
     "crashes after the restart: failed at once, previous files kept": (
         {METRICS: [metrics(0)], HEALTH: [REFUSED]},
         [("active", "running", 0), ("failed", "failed", 0)],
-        (False, True, 0, "no answer: [Errno 111] Connection refused", False, 0.0),
+        (False, True, 0, "no answer: [Errno 111] Connection refused", False, Q),
     ),
     "restarted by systemd while loading": (
         {METRICS: [metrics(0)], HEALTH: [REFUSED]},
         [("active", "running", 0), ("active", "running", 0), ("activating", "auto-restart", 1)],
-        (False, True, 0, "no answer: [Errno 111] Connection refused", False, 0.25),
+        (False, True, 0, "no answer: [Errno 111] Connection refused", False, Q + 0.25),
     ),
 }
+
+
+# name: the metrics readings, one per poll (the last repeats) -> the drain's {left, seconds} with a 3 s timeout.
+# A 0 ends the drain only once every reading of the last Q seconds said 0: a request the router chose just before
+# it let the worker go arrives after a first 0, and the scheduler's snapshots say 0 just before the last answer
+# leaves; either is a count again in the next reading.
+DRAINS = {
+    "0 from the first reading: drained after Q": ([0], {"left": 0, "seconds": Q}),
+    "a 0 between two counts is not drained": ([2, 0, 1, 0], {"left": 0, "seconds": 0.75 + Q}),
+    "a count after nearly Q of zeros starts the quiet window again": (
+        [0, 0, 0, 0, 1, 0],
+        {"left": 0, "seconds": 1.25 + Q},
+    ),
+    "never quiet for Q: the timeout ends it on the last reading": ([1, 0, 0, 1] * 4 + [1], {"left": 1, "seconds": 3.0}),
+}
+
+
+@pytest.mark.parametrize("case", DRAINS, ids=list(DRAINS))
+def test_a_drain_ends_only_after_its_readings_said_0_for_the_quiet_window(case):
+    readings, want = DRAINS[case]
+    host = FakeHost({METRICS: [metrics(n) for n in readings]})
+    got = br.drain(METRICS, 3, fetch=host.fetch, sleep=host.sleep, clock=host.clock, loads=LOADS)
+    assert got == want
 
 
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
@@ -243,10 +268,12 @@ def test_instances_of_one_host_drain_at_once(tmp_path):
     other's (a barrier of two), which only a concurrent drain passes."""
     host = FakeHost({METRICS: [metrics(0)], HEALTH: [OK]})
     barrier = threading.Barrier(2, timeout=5)
-    fetch = host.fetch
+    fetch, first = host.fetch, set()
 
     def meeting_fetch(url, timeout=None):
-        if url == METRICS:
+        me = threading.get_ident()
+        if url == METRICS and me not in first:
+            first.add(me)
             barrier.wait()
         return fetch(url)
 
@@ -291,8 +318,8 @@ def test_a_stalled_instance_ends_the_call_as_stalled_within_its_bound_and_return
     assert (result["healthy"], result["unit_failed"], result["stalled"], result["timed_out"], result["done"]) == (
         False, False, True, False, True)  # fmt: skip
     assert result["reason"].startswith("stalled:") and result["journal"] == "journal of sglang-decode1.service"
-    assert result["deadline"] == 1000.0 + 300
-    assert 12 <= host.now - 1000.0 <= 12 + service_health.HTTP_TIMEOUT + br.POLL
+    assert result["deadline"] == 1000.0 + Q + 300  # the drain's quiet second, then the restart
+    assert 12 <= host.now - 1000.0 - Q <= 12 + service_health.HTTP_TIMEOUT + br.POLL
     assert result["dropped"] == [] and (tmp_path / "sglang-decode1.unit_file~").exists()
 
 
@@ -344,12 +371,15 @@ def test_a_retired_instance_is_drained_by_the_rolling_batchs_drain_then_stopped_
     record = retired_record(tmp_path)
     out = retire(host, [record], tmp_path)
     [result] = out["services"]
-    assert result["drain"] == {"left": 0, "seconds": 0.25, "said": "drained (no request in flight)"}
+    assert result["drain"] == {"left": 0, "seconds": 0.25 + Q, "said": "drained (no request in flight)"}
     assert result["stopped"] == ["stop", "disable"] and out["changed"] and out["refused"] == []
     acted = [argv[1] for argv in host.commands if argv[1] != "show"]
     assert acted == ["stop", "disable", "daemon-reload"]
-    # the rolling batch's drain: /metrics and /v1/loads read together, and the stop after the last reading
-    assert host.fetched == [(0.0, METRICS, False), (0.0, LOADS, False), (0.25, METRICS, False), (0.25, LOADS, False)]
+    # the rolling batch's drain: /metrics and /v1/loads read together until they said 0 for Q seconds (from 0.25 s
+    # on), and the stop after the last reading
+    readings = [0.0, 0.25, 0.5, 0.75, 1.0, 1.25]
+    assert readings[-1] == 0.25 + Q
+    assert host.fetched == [(t, url, False) for t in readings for url in (METRICS, LOADS)]
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == []
     assert result["removed"] == [record["unit_file"], record["environment_file"],
                                  str(tmp_path / "records" / "sglang-decode2.json")]  # fmt: skip

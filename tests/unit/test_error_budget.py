@@ -109,20 +109,29 @@ def test_a_narrowed_or_failed_run_says_so_in_the_document():
     assert "`pytest t -k x`: FAILED (pytest exit status 1) in 5 s" in doc
 
 
-def test_the_script_writes_what_the_tests_recorded_and_fails_when_a_module_failed(tmp_path, monkeypatch):
+def fake_pytest(monkeypatch, returncode=0, row=None):
+    """error_budget's subprocess.run answered without running anything: git says commit abc1234 (clean), each pytest
+    command is kept in the list returned and exits RETURNCODE, after writing ROW (when given) to the report file the
+    script hands it, as a recording test would."""
     ran = []
 
     def fake_run(cmd, **kwargs):
         if cmd[0] == "git":
             return type("P", (), {"stdout": "abc1234\n" if "rev-parse" in cmd else "", "returncode": 0})()
         ran.append(cmd)
-        with open(kwargs["env"]["DISAGG_FAULT_REPORT"], "a", encoding="utf-8") as out:
-            out.write(json.dumps({"fault": "rename: prefill1 -> prefill2 (sglang_router)", "redundancy": "2P2D",
-                                  "sent": 9, "failed": 0, "errors": {}, "in_flight": 14, "last_failure_s": None,
-                                  "recovery_s": 70.0}) + "\n")  # fmt: skip
-        return type("P", (), {"returncode": 1})()
+        if row is not None:
+            with open(kwargs["env"]["DISAGG_FAULT_REPORT"], "a", encoding="utf-8") as out:
+                out.write(json.dumps(row) + "\n")
+        return type("P", (), {"returncode": returncode})()
 
     monkeypatch.setattr(error_budget.subprocess, "run", fake_run)
+    return ran
+
+
+def test_the_script_writes_what_the_tests_recorded_and_fails_when_a_module_failed(tmp_path, monkeypatch):
+    row = {"fault": "rename: prefill1 -> prefill2 (sglang_router)", "redundancy": "2P2D", "sent": 9, "failed": 0,
+           "errors": {}, "in_flight": 14, "last_failure_s": None, "recovery_s": 70.0}  # fmt: skip
+    ran = fake_pytest(monkeypatch, returncode=1, row=row)
     out = tmp_path / "budget.md"
     assert error_budget.main(["--only", "multihost", "--select", "scale_in", "--output", str(out)]) == 1
     assert ran[0][-2:] == ["-k", f"({error_budget.MODULES['multihost'][1]}) and (scale_in)"]
@@ -174,15 +183,7 @@ def test_a_recorded_router_row_fills_its_event_and_the_others_stay_not_measured(
 
 
 def test_the_routers_module_runs_whole_and_is_narrowed_only_by_select(tmp_path, monkeypatch):
-    ran = []
-
-    def fake_run(cmd, **kwargs):
-        if cmd[0] == "git":
-            return type("P", (), {"stdout": "abc1234\n" if "rev-parse" in cmd else "", "returncode": 0})()
-        ran.append(cmd)
-        return type("P", (), {"returncode": 0})()
-
-    monkeypatch.setattr(error_budget.subprocess, "run", fake_run)
+    ran = fake_pytest(monkeypatch)
     assert error_budget.main(["--only", "routers", "--output", str(tmp_path / "a.md")]) == 0
     assert ran[-1][-1] == "tests/integration/test_routers.py" and "-k" not in ran[-1]
     assert error_budget.main(["--only", "routers", "--select", "kill_9", "--output", str(tmp_path / "b.md")]) == 0
@@ -200,15 +201,7 @@ def test_the_peer_figures_of_the_routers_are_llm_d_failover_and_the_single_route
 
 
 def test_only_given_twice_runs_those_two_modules_in_one_partial_table(tmp_path, monkeypatch):
-    ran = []
-
-    def fake_run(cmd, **kwargs):
-        if cmd[0] == "git":
-            return type("P", (), {"stdout": "abc1234\n" if "rev-parse" in cmd else "", "returncode": 0})()
-        ran.append(cmd)
-        return type("P", (), {"returncode": 0})()
-
-    monkeypatch.setattr(error_budget.subprocess, "run", fake_run)
+    ran = fake_pytest(monkeypatch)
     out = tmp_path / "budget.md"
     assert error_budget.main(["--only", "faults", "--only", "routers", "--output", str(out)]) == 0
     targets = [cmd[cmd.index("-q") + 1] for cmd in ran]
