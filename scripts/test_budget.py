@@ -24,7 +24,7 @@ def read_results(results_dir: Path) -> list[dict]:
     """One row per test case of every `<lane>-<step>.xml`: lane, step, module, test, seconds, outcome."""
     rows = []
     for path in sorted(results_dir.glob("*.xml")):
-        lane, _, step = path.stem.partition("-")
+        lane, step = path.stem.split("-", 1) if "-" in path.stem else (path.stem, "")
         for case in ET.parse(path).getroot().iter("testcase"):
             outcome = "passed"
             for child in case:
@@ -86,14 +86,14 @@ def render(rows: list[dict], steps: list, lanes: dict[str, float], elapsed: floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("results_dir", type=Path)
     parser.add_argument("--budget", type=float, required=True, help="seconds the whole suite may take")
     parser.add_argument("--elapsed", type=float, required=True, help="seconds the whole suite took")
     parser.add_argument("--lane", action="append", default=[], help="NAME=SECONDS, one per lane")
     parser.add_argument("--markdown", type=Path, help="also write the tables to this file")
     args = parser.parse_args(argv)
-    lanes = {name: float(secs) for name, _, secs in (item.partition("=") for item in args.lane)}
+    lanes = {name: float(secs) for name, secs in (item.split("=", 1) for item in args.lane)}
     text = render(read_results(args.results_dir), read_steps(args.results_dir), lanes, args.elapsed, args.budget)
     print(text, end="")
     if args.markdown:
