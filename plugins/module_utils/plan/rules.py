@@ -41,7 +41,8 @@ DERIVED_WORKER_FLAGS = {
     "base-gpu-id": "the instance's tp or gpus (CUDA_VISIBLE_DEVICES of the unit starts at the placed GPU)",
     "gpu-id-step": "the instance's tp or gpus (the placement picks the GPUs)",
     "numa-node": "the placement (the unit binds each worker to its NUMA node with numactl)",
-    "api-key": "nothing on the workers' command line: set sglang_router_api_key (ansible-vault) for the router",
+    "api-key": "sglang_worker_api_key (ansible-vault; the unit hands it to sglang as --api-key from its environment "
+    "file, so it never stands on the command line, and the router presents it when it registers the workers)",
     "admin-api-key": "nothing on the command line (ps shows it to every user): the collection has no admin key",
     "config": "sglang_<role>_extra_flags (a --config file would set flags behind the plan's checks)",
     "nnodes": "one instance per host and role (multi-node instances are not planned by the collection)",
