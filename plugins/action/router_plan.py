@@ -3,15 +3,21 @@
 """The router unit of one host in one task (documentation: plugins/modules/router_plan.py).
 
 On the controller, from the task's variables and the deployment's worker specs (O(workers)): the router's variables
-against the collection's table, then plan.router_plan on the inputs (module_utils/plan/plan_inputs.py derives what
-every unit of a host shares, as the preflight's host_plan does), and the rule that the workers' API key is the
+against the collection's table, then router_plan.router_plans on the inputs (module_utils/plan/plan_inputs.py derives
+what every unit of a host shares, as the preflight's host_plan does), and the rule that the workers' API key is the
 router's (cluster_rules.worker_api_key_problems). Nothing runs on the host: what it read there is the preflight's look
 (O(look), host_plan's registered result)."""
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.disagg.sglang.plugins.action.host_plan import TaskVariables
-from ansible_collections.disagg.sglang.plugins.module_utils.plan import cluster_rules, compat_rules, plan, plan_inputs
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
+    cluster_rules,
+    compat_rules,
+    plan,
+    plan_inputs,
+    router_plan,
+)
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
 OPTIONS = {
@@ -19,13 +25,13 @@ OPTIONS = {
     "look": {"type": "dict", "default": {}},
     "variables": {"type": "str"},
 }
-# the router's listeners, by the variable that sets each (plan.router_plan's ports)
+# the router's listeners, by the variable that sets each (router_plan.router_plan's ports)
 PORTS = ("sglang_router_port", "sglang_router_prometheus_port")
 
 
 def router_inputs(v, host, groups, look):
-    """plan.router_plan's inputs from the host's variables V (templated when read) and LOOK (host_look's paths and
-    listeners as host_plan returned them). KeyError names a variable that is not defined (the router role's defaults
+    """router_plan.router_plans' inputs from the host's variables V (templated when read) and LOOK (host_look's paths
+    and listeners as host_plan returned them). KeyError names a variable that is not defined (the router role's defaults
     define every one); sf.FlagError an sglang_router_impl the collection does not run."""
     impl = v["sglang_router_impl"]
     flag_variables = list(sf.router_impl(impl)["flags"].values())
@@ -85,7 +91,7 @@ class ActionModule(ActionBase):
             except sf.FlagError as exc:
                 problems = [str(exc)]
         if not problems:
-            planned = plan.router_plans(list(args["workers"]), inputs)
+            planned = router_plan.router_plans(list(args["workers"]), inputs)
             problems = list(planned["problems"])
             problems += cluster_rules.worker_api_key_problems(v.get("sglang_worker_api_key"),
                                                               v.get("sglang_router_api_key"))  # fmt: skip

@@ -1,6 +1,6 @@
 """The router's plan in one task, disagg.sglang.router_plan (an action plugin: its inputs from the host's variables,
 the plan on the controller), through `ansible` itself on an inventory host of every role with the sandbox
-inventory's variables: it plans the unit plan.router_plan plans of the inputs the action derives (test_rules'
+inventory's variables: it plans the unit router_plan.router_plan plans of the inputs the action derives (test_rules'
 preflight derives them by the same function), says which program the deployed router runs and whether its command
 line still needs the parser's check, and fails with the rules' messages."""
 

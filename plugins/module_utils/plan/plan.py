@@ -7,8 +7,8 @@ Planned once per run, in the preflight play (roles/sglang/tasks/plan.yml), befor
     host_plan(inputs)            on each worker host: rules on the settings and instances, placement, the
                                  worker unit specs, rules on their flags -> {units, problems, placement}
     pd_problems(plans)           once: prefill and decode agree on what the KV handoff needs
-    router_plans(workers, inputs) on each router host: a router spec per router instance (sglang_router_instances;
-                                 router_plan each) from the worker specs -> {units, problems}
+    router_plans(workers, inputs) on each router host: a router spec per router instance from the worker specs
+                                 (router_plan.py) -> {units, problems}
 
 Apply (units.yml, wait.yml, the rolling step, the router's smoke request) reads these specs. What it decides
 itself is what only the hosts can tell: which unit files changed (the restart rule, rolling.restart_decision),
@@ -16,17 +16,9 @@ and what each host's records say was deployed before (units.record: the instance
 restart key, and, for a rollback, the health URL of the previous configuration).
 """
 
-from ansible_collections.disagg.sglang.plugins.module_utils.model import source
-from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
-    compat_rules,
-    kv_rules,
-    profile_rules,
-    readiness_rules,
-    router_rules,
-    rules,
-)
+from ansible_collections.disagg.sglang.plugins.module_utils.model import revision_rules, source
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import kv_rules, profile_rules, readiness_rules, rules
 from ansible_collections.disagg.sglang.plugins.module_utils.plan.pd_placement import PlacementError, place
-from ansible_collections.disagg.sglang.plugins.module_utils.router import lb as lb_plan
 from ansible_collections.disagg.sglang.plugins.module_utils.units import rolling, units
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
@@ -86,12 +78,14 @@ def settings_problems(inputs):
     return [p for i, p in enumerate(problems) if p not in problems[:i]]
 
 
-def _managed(inputs, specs):
+def managed_units(inputs, specs):
+    """The units of the collection on a host: SPECS' (its planned workers), its router units (the one of the older
+    variables, and every instance's, inputs' router_units)."""
     prefix = inputs["settings"].get("unit_prefix") or "sglang-"
     return {s["unit"] for s in specs} | {f"{prefix}router"} | set(inputs.get("router_units") or [])
 
 
-def _allowed_owners(inputs, managed):
+def allowed_owners(inputs, managed):
     """Units that may hold a planned port now: the collection's own, and those the run stops first."""
     conflicting = inputs.get("conflicting_units")
     names = {str(u).removesuffix(".service") for u in conflicting} if isinstance(conflicting, list) else set()
@@ -219,7 +213,7 @@ def host_plan(inputs):
     )
     warnings = empty + warnings + ready_warnings
     problems += p2p + ready_problems
-    managed = _managed(inputs, specs)
+    managed = managed_units(inputs, specs)
     problems += rules.conflicting_units_problems(inputs.get("conflicting_units"), managed)
     problems += rules.listener_problems(
         host,
@@ -238,7 +232,7 @@ def host_plan(inputs):
         },
         inputs.get("listeners"),
         # a retired unit holds its ports until the run stops it, before any new unit starts
-        _allowed_owners(inputs, managed | set(deployed)),
+        allowed_owners(inputs, managed | set(deployed)),
     )
     retired = rolling.retired(deployed, [s["unit"] for s in specs], ("prefill", "decode"))
     return {"units": [] if problems else specs, "placement": placement, "problems": problems, "warnings": warnings,
@@ -304,10 +298,10 @@ def pd_problems(worker_specs, inputs=None):
         return problems
     contracts = [dict(units.kv_contract(spec), host=spec.get("host", "?")) for spec in worker_specs]
     contracts = [dict(c, values=_shared(c["values"], groups)) for c in contracts]
-    # the model revision is part of the contract (issue 40), compared on the plan alone: a change of revision rolls
+    # the model revision is part of the contract, compared on the plan alone: a change of revision rolls
     # as an engine upgrade does (the rolling step's business), a plan of two revisions never serves
-    revisions = rules.model_revision_problems(worker_specs)
-    found = rules.kv_mismatches(contracts, (*units.KV_CONTRACT, "engine"))
+    revisions = revision_rules.model_revision_problems(worker_specs)
+    found = kv_rules.kv_mismatches(contracts, (*units.KV_CONTRACT, "engine"))
     if found:
         engine = any(m.startswith("--engine ") for m in found)
         return [
@@ -346,147 +340,6 @@ def transition_problems(worker_specs, contracts, inputs):
         "decode on the old and on the new contract serve together, and SGLang refuses the KV handoff between them. "
         "Set sglang_rolling_batch: 0 for this run (every changed worker restarts at once: serving pauses), or, for "
         f"engine versions known to hand KV over to each other, list them in one group of {COMPAT_VAR}"
-    ]
-
-
-def router_plan(worker_specs, inputs):
-    """Plan the router unit of one host from the planned worker specs of the whole deployment.
-
-    inputs: {host, impl (sglang_router_impl), settings (as host_plan's, for the service settings), flag_values
-    ({variable: value} of the variables of the impl's flags, sglang_flags.ROUTER_IMPLS), extra_flags (as given),
-    env, unit, name (the router instance's, sglang_router_instances), router_units (every router unit of the host:
-    each may hold its ports), ports ({variable: value} of its listeners),
-    secrets, variables, conflicting_units, host_paths, listeners (as host_plan's)}. The router dials each worker at
-    the spec's url (its advertise address).
-    Returns {unit: spec or None, problems: [message]}.
-    """
-    host = inputs["host"]
-    prefills = [s for s in worker_specs if s["role"] == "prefill"]
-    decodes = [s for s in worker_specs if s["role"] == "decode"]
-    local_ports = [
-        int(s[key])
-        for s in worker_specs
-        if s.get("host") == host
-        for key in ("port", "bootstrap_port")
-        if s.get(key) is not None
-    ] + [
-        int(str(s["flags"]["dist-init-addr"]).rsplit(":", 1)[1])
-        for s in worker_specs
-        if s.get("host") == host and s["flags"].get("dist-init-addr")
-    ]
-    problems = settings_problems(inputs)
-    problems += rules.router_problems(host, prefills, decodes, inputs["ports"], sorted(local_ports))
-    problems += rules.router_flag_problems(inputs.get("extra_flags"))
-    problems += rules.smg_shutdown_problems(inputs.get("impl"), inputs.get("flag_values"),
-                                            inputs["settings"].get("stop_timeout"))  # fmt: skip
-    problems += rules.flags_shape_problems(inputs.get("extra_flags"), "sglang_router_extra_flags")
-    problems += rules.env_problems(inputs.get("env"), "sglang_router_extra_env")
-    problems += rules.privileged_port_problems(host, inputs["ports"], inputs["settings"].get("user"))
-    managed = _managed(inputs, [s for s in worker_specs if s.get("host") == host])
-    problems += rules.conflicting_units_problems(inputs.get("conflicting_units"), managed)
-    if not problems:
-        problems += rules.listener_problems(
-            host,
-            {int(v): k for k, v in inputs["ports"].items()},
-            inputs.get("listeners"),
-            _allowed_owners(inputs, managed),
-        )
-    if problems:
-        return {"unit": None, "problems": problems}
-    try:
-        settings = {
-            **inputs["settings"],
-            "inventory_host": host,
-            "unit": inputs.get("unit", "sglang-router"),
-            "name": inputs.get("name", router_rules.DEFAULT_NAME),
-            "impl": inputs.get("impl", "sglang_router"),
-            "flags": sf.router_flags(
-                inputs.get("flag_values"), inputs.get("extra_flags"), inputs.get("impl", "sglang_router")
-            ),
-            "env": inputs.get("env") or {},
-            "api_key_set": bool((inputs.get("secrets") or {}).get("sglang_router_api_key")),
-            "hf_token_set": bool((inputs.get("secrets") or {}).get("sglang_hf_token")),
-        }
-        return {"unit": units.router_unit(prefills, decodes, settings), "problems": []}
-    except sf.FlagError as exc:
-        return {"unit": None, "problems": [str(exc)]}
-
-
-def router_plans(worker_specs, inputs):
-    """Plan the router units of one host: one per router instance (sglang_router_instances; router_rules), each from
-    the same worker specs, so every router routes to the same workers.
-
-    inputs: router_plan's, with instances (sglang_router_instances as given), ports ({sglang_router_port,
-    sglang_router_prometheus_port}: the listeners of the one instance an empty list stands for) and versions
-    ({router, nixl: "dist version", allow: sglang_router_allow_untested_combination}; the engines are the worker
-    specs'), whose combination must be a tested one (compat_rules). Each instance's
-    router_plan gets its unit (<prefix><name>), its name and its listeners, and may own any router unit of the host.
-    Returns {units: [spec], problems: [message], warnings: [message]} (units empty when problems is not)."""
-    host = inputs["host"]
-    prefix = inputs["settings"].get("unit_prefix") or "sglang-"
-    problems = router_rules.router_instance_problems(inputs.get("instances"), prefix)
-    if problems:
-        return {"units": [], "problems": problems}
-    versions = inputs.get("versions")
-    engines = sorted({str(s["engine"]) for s in worker_specs if s.get("engine")})
-    warnings = []
-    if isinstance(versions, dict):  # the tested (router, engine, NIXL) combinations (compat_rules.TESTED)
-        found = (versions["router"], engines, versions["nixl"], versions.get("allow"))
-        problems += compat_rules.combination_problems(*found)
-        warnings += compat_rules.untested_warnings(*found)
-    planned = router_rules.router_instances(inputs.get("instances"), inputs["ports"])
-    names = [f"{prefix}{i['name']}" for i in planned]
-    problems += router_rules.router_unit_clash_problems(
-        host, names, [s["unit"] for s in worker_specs if s.get("host") == host]
-    )
-    # Declared instances sit behind HAProxy (module_utils/router/lb.py): each binds sglang_router_instance_host, where
-    # HAProxy on every router host dials it; the public address is HAProxy's. No list: the single router binds
-    # sglang_router_host as before.
-    lb = inputs.get("lb") or {}
-    behind = bool(inputs.get("instances"))
-    if behind:
-        problems += router_rules.lb_problems(host, planned, lb)
-    specs = []
-    for instance in planned:
-        one = router_plan(
-            worker_specs,
-            {
-                **inputs,
-                "unit": f"{prefix}{instance['name']}",
-                "name": instance["name"],
-                "ports": instance["ports"],
-                "router_units": names,
-                "flag_values": {
-                    **(inputs.get("flag_values") or {}),
-                    **{var: instance[key] for key, var in router_rules.DEFAULT_PORT_VARS.items()},
-                    **({"sglang_router_host": lb.get("instance_host")} if behind else {}),
-                },
-            },
-        )
-        problems += [p for p in one["problems"] if p not in problems]
-        if one["unit"]:
-            specs.append(one["unit"])
-    specs = [] if problems else specs
-    servers = lb_routers(specs) if behind else []
-    return {"units": specs, "problems": problems, "warnings": warnings, "lb_routers": servers}
-
-
-def lb_routers(specs):
-    """The router units of a host as HAProxy's servers (lb.haproxy_spec's routers): each named
-    <inventory_hostname>-<instance> (lb.server_name), dialled at the address it binds (sglang_router_instance_host)
-    and checked at its readiness route."""
-    return [
-        {
-            "server": lb_plan.server_name(spec["host"], spec["name"]),
-            "inventory_host": spec["host"],
-            "unit": spec["unit"],
-            "name": spec["name"],
-            "host": spec["flags"]["host"],
-            "port": spec["port"],
-            "health_port": None,
-            "impl": spec["impl"],
-        }
-        for spec in specs
     ]
 
 

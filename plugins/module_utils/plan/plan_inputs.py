@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.disagg.sglang.plugins.module_utils.deps import venvs
+from ansible_collections.disagg.sglang.plugins.module_utils.deps import deps_rules, venvs
 from ansible_collections.disagg.sglang.plugins.module_utils.model import source
-from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, readiness_rules, rules, variables
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, readiness_rules, router_rules, variables
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
-# setting of the plan (plan.host_plan's and plan.router_plan's `settings`) -> the variable it is, as it is
+# setting of the plan (plan.host_plan's and router_plan.router_plan's `settings`) -> the variable it is, as it is
 SETTINGS = {
     "served_model_name": "sglang_served_model_name",
     "host": "sglang_bind_host",
@@ -166,12 +166,12 @@ def deps_problems(v, group_names):
         return problems
     packages = v.get("sglang_deps_packages")
     router_packages = v.get("sglang_deps_router_packages")
-    problems = rules.deps_problems(packages, v.get("sglang_deps_packages_nodeps"), v.get("sglang_deps_wheelhouse"),
+    problems = deps_rules.deps_problems(packages, v.get("sglang_deps_packages_nodeps"), v.get("sglang_deps_wheelhouse"),
                                    router_packages)  # fmt: skip
     if not problems and any(role in group_names for role in WORKER_ROLES):
         problems = venvs.engine_problems(v.get("sglang_server_module"), packages)
     if "router" in group_names:
-        problems = problems + rules.router_packages_problems(router_packages, v.get("sglang_router_impl"))
+        problems = problems + router_rules.router_packages_problems(router_packages, v.get("sglang_router_impl"))
     return problems or variables.removed_problems({n: v[n] for n in variables.REMOVED if n in v})
 
 

@@ -220,7 +220,7 @@ def plan(by_host, listen, **overrides):
     """The load balancer of one router host: {spec: haproxy_spec or None, problems: [message]}.
 
     BY_HOST: {router host: [its router instances as HAProxy servers]} for every router host of the deployment, in
-    inventory order (each host's router plan: plan.router_plans lb_routers; empty where the host declares no
+    inventory order (each host's router plan: router_plan.router_plans lb_routers; empty where the host declares no
     sglang_router_instances); LISTEN: this host's {host, port, stats_host, stats_port}. No host with instances: no
     load balancer (the single router on sglang_router_port, as before), spec None. Some hosts with and some without:
     refused, HAProxy would bind the public port where a router listens on it."""
