@@ -8,7 +8,7 @@ messages; the deployment's plan (plan.pd_problems) calls it. tests/unit/test_mod
 
 
 def model_revision_problems(worker_specs):
-    """Prefill and decode of the whole deployment must load one revision of the model (issue 40: the model revision
+    """Prefill and decode of the whole deployment must load one revision of the model (the model revision
     is part of the KV contract). A decode continues from the KV its prefill computed with the prefill's weights;
     SGLang checks page size and KV dtype at connect time but no weights, so on two revisions the handoff works and
     the answers are wrong. spec["model_revision"]: the commit of sglang_model_source, None where the directory is

@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""The tested (router, engine, NIXL) combinations (issue 39), as data in one place, and the rule that refuses a plan
+"""The tested (router, engine, NIXL) combinations, as data in one place, and the rule that refuses a plan
 outside them.
 
 Router and engine versions are coupled (field-2026-12.md, "PD operational pain points" 7: SMG's servicer broke on

@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""What a host's variables become before its plan: the one place of these derivations (issue 24).
+"""What a host's variables become before its plan: the one place of these derivations.
 
 The preflight's host_plan (plugins/action/host_plan.py), the router's plan (plugins/action/router_plan.py) and the
 deps role's own checks (plugins/action/deps_plan.py) call them with the task's variables on the controller.

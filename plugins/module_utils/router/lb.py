@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # SPDX-License-Identifier: Apache-2.0
-"""The load balancer in front of several routers (issue 39): HAProxy's configuration as a plan, from the router
+"""The load balancer in front of several routers: HAProxy's configuration as a plan, from the router
 instances, rendered as is by roles/sglang_router/templates/haproxy.cfg.j2 (nothing is decided in the template).
 
 One frontend on the public address, one backend with a server per router, each checked at its readiness route:
