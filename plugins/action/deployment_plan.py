@@ -26,7 +26,8 @@ def deployment_plan(looks, compatible, batch, retire_roles=()):
     return {
         **joined,
         "pd_problems": plan.pd_problems(
-            specs, {"compatible": compatible, "batch": batch, "deployed": joined["deployed"]}
+            specs,
+            {"compatible": compatible, "batch": batch, "batches": joined["batches"], "deployed": joined["deployed"]},
         ),
         "role_totals": totals,
         "retire_problems": cluster_rules.retire_problems(joined["retired"], totals, list(retire_roles or [])),

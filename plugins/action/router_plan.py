@@ -5,8 +5,9 @@
 On the controller, from the task's variables and the deployment's worker specs (O(workers)): the router's variables
 against the collection's table, then router_plan.router_plans on the inputs (module_utils/plan/plan_inputs.py derives
 what every unit of a host shares, as the preflight's host_plan does), and the rule that the workers' API key is the
-router's (cluster_rules.worker_api_key_problems). Nothing runs on the host: what it read there is the preflight's look
-(O(look), host_plan's registered result)."""
+router's (cluster_rules.deployment_api_key_problems: the key of each worker host as its own variables give it, and
+this host's, which its router registers the workers with). Nothing runs on the host: what it read there is the
+preflight's look (O(look), host_plan's registered result)."""
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -52,12 +53,10 @@ def router_inputs(v, host, groups, look):
         "instances": v["sglang_router_instances"],
         # with instances: HAProxy in front (module_utils/router/lb.py), the instances on sglang_router_instance_host
         "lb": _lb_inputs(v, groups) if v["sglang_router_instances"] else {},
-        # the router and NIXL the venvs pin (the engines are the worker specs'): compat_rules.TESTED
+        # the router this host's venv pins; each worker's engine and NIXL are its spec's, as its own host's lists
+        # pin them (a router host installs no engine and no NIXL): compat_rules.TESTED
         "versions": {
             "router": compat_rules.pinned(sf.router_impl(impl)["dist"], v["sglang_deps_router_packages"]),
-            "nixl": compat_rules.pinned(
-                "nixl", [*(v["sglang_deps_packages_nodeps"] or []), *(v["sglang_deps_packages"] or [])]
-            ),
             "allow": v["sglang_router_allow_untested_combination"],
         },
     }
@@ -72,6 +71,15 @@ def _lb_inputs(v, groups):
         "public_port": v["sglang_router_port"],
         "stats_port": v["sglang_router_lb_stats_port"],
     }
+
+
+def worker_keys(task_vars, templar, workers):
+    """{host: sglang_worker_api_key} of each worker host whose specs (WORKERS) take a key (their secret_env names
+    SGLANG_WORKER_API_KEY), read from that host's variables: the key its workers require is its own, whatever the
+    router host's variables say."""
+    hostvars = task_vars.get("hostvars") or {}
+    keyed = sorted({str(s.get("host")) for s in workers if "SGLANG_WORKER_API_KEY" in (s.get("secret_env") or {})})
+    return {host: templar.template(hostvars[host].get("sglang_worker_api_key")) for host in keyed if host in hostvars}
 
 
 class ActionModule(ActionBase):
@@ -93,8 +101,8 @@ class ActionModule(ActionBase):
         if not problems:
             planned = router_plan.router_plans(list(args["workers"]), inputs)
             problems = list(planned["problems"])
-            problems += cluster_rules.worker_api_key_problems(v.get("sglang_worker_api_key"),
-                                                              v.get("sglang_router_api_key"))  # fmt: skip
+            keys = {host: v.get("sglang_worker_api_key"), **worker_keys(task_vars, self._templar, args["workers"])}
+            problems += cluster_rules.deployment_api_key_problems(keys, v.get("sglang_router_api_key"))
         if problems:
             return {**result, "failed": True, "changed": False, "msg": ". ".join(problems) + "."}
         units = planned["units"]

@@ -142,7 +142,9 @@ def preflight(
         stages.append(
             lambda: (
                 router["problems"]
-                + cluster_rules.worker_api_key_problems(v("sglang_worker_api_key"), v("sglang_router_api_key"))
+                + cluster_rules.deployment_api_key_problems(
+                    {v("inventory_hostname"): v("sglang_worker_api_key")}, v("sglang_router_api_key")
+                )
             )
         )
     for stage in stages:
@@ -181,6 +183,8 @@ def test_bad_inventory_row_fails_with_its_message(topologies, row):
 RULES_TESTED_ELSEWHERE = {
     "cluster_rules.worker_api_key_problems": "disagg.sglang.router_plan checks it beside the plan: "
     "tests/unit/test_cluster_rules.py, tests/unit/test_router_plan_action.py",
+    "cluster_rules.deployment_api_key_problems": "each worker host's key as its own variables give it, in "
+    "disagg.sglang.router_plan: tests/unit/test_cross_host_rules.py, tests/unit/test_router_plan_action.py",
     "kv_rules.p2p_policy_problems": "the p2p policy's own variable: tests/unit/test_kv_rules.py",
     "cluster_rules.bind_problems": "the address_check module on the hosts: tests/unit/test_cluster_rules.py, and "
     "tests/integration/test_multihost.py on three sandbox hosts",

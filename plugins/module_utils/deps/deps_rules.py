@@ -47,17 +47,10 @@ def package_twice_problems(lists):
     return problems
 
 
-def deps_problems(packages, packages_nodeps, wheelhouse, router_packages=None):
-    """The venvs' package lists: shapes, sgl-kernel beside sglang-kernel, NIXL without its dependencies."""
+def engine_list_problems(packages, packages_nodeps):
+    """What the engine venv's lists (sglang_deps_packages, then sglang_deps_packages_nodeps) may not hold: sgl-kernel
+    beside sglang-kernel, NIXL with its dependencies, a package twice."""
     problems = []
-    lists = [("sglang_deps_packages", packages), ("sglang_deps_packages_nodeps", packages_nodeps)]
-    if router_packages is not None:
-        lists.append(("sglang_deps_router_packages", router_packages))
-    for var, value in lists:
-        if not isinstance(value, list) or not all(isinstance(p, str) and p.strip() for p in value):
-            problems.append(f"{var} must be a list of pip requirement strings, got {value!r}")
-    if problems:
-        return problems
     if any(re.match(r"^sgl[-_]kernel([<>=!~ \[]|$)", p) for p in packages + packages_nodeps):
         problems.append(
             "sglang_deps_packages or sglang_deps_packages_nodeps lists sgl-kernel: sglang 0.5.23 brings "
@@ -70,10 +63,29 @@ def deps_problems(packages, packages_nodeps, wheelhouse, router_packages=None):
             "nixl-cu12 and nixl-cu13 and torch. Move the NIXL packages to sglang_deps_packages_nodeps (nixl==1.5.1 "
             "and nixl-cu13==1.5.1 for sglang 0.5.23's CUDA 13 stack)"
         )
-    # the engine venv gets both lists; the router's venv its own
-    engine_lists = [("sglang_deps_packages", packages), ("sglang_deps_packages_nodeps", packages_nodeps)]
-    problems += package_twice_problems(engine_lists)
+    # the engine venv gets both lists
+    return problems + package_twice_problems(
+        [("sglang_deps_packages", packages), ("sglang_deps_packages_nodeps", packages_nodeps)]
+    )
+
+
+def deps_problems(packages, packages_nodeps, wheelhouse, router_packages=None, *, engine=True, router=True):
+    """The venvs' package lists: shapes, sgl-kernel beside sglang-kernel, NIXL without its dependencies, a package
+    twice in one venv. What a list holds is judged only where its venv is built: the engine lists' where ENGINE (a
+    worker host), the router list's where ROUTER (a router host); their shapes everywhere (every host names both
+    venvs, deps/venvs.py)."""
+    problems = []
+    lists = [("sglang_deps_packages", packages), ("sglang_deps_packages_nodeps", packages_nodeps)]
     if router_packages is not None:
+        lists.append(("sglang_deps_router_packages", router_packages))
+    for var, value in lists:
+        if not isinstance(value, list) or not all(isinstance(p, str) and p.strip() for p in value):
+            problems.append(f"{var} must be a list of pip requirement strings, got {value!r}")
+    if problems:
+        return problems
+    if engine:
+        problems += engine_list_problems(packages, packages_nodeps)
+    if router and router_packages is not None:  # the router's venv gets its own list
         problems += package_twice_problems([("sglang_deps_router_packages", router_packages)])
     if wheelhouse and (not isinstance(wheelhouse, str) or not wheelhouse.startswith("/")):
         problems.append(f'sglang_deps_wheelhouse ({wheelhouse!r}) must be an absolute path on the host, or ""')

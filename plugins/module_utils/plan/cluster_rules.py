@@ -9,23 +9,36 @@ run on the hosts (host/address_probes.py); tests/unit/test_cluster_rules.py hold
 from ansible_collections.disagg.sglang.plugins.module_utils.host.address_probes import REACHABLE
 
 
-def worker_api_key_problems(worker_key, router_key):
+def worker_api_key_problems(worker_key, router_key, hosts=None):
     """The workers' key must be the router's: sglang-router 0.3.2 presents its --api-key to the workers for its
-    own calls (registration, health) and passes each client's Authorization header through to them."""
+    own calls (registration, health) and passes each client's Authorization header through to them. HOSTS: where
+    WORKER_KEY is set (named in the message; None names none)."""
     worker_key = "" if worker_key is None else str(worker_key)
     router_key = "" if router_key is None else str(router_key)
     if not worker_key or worker_key == router_key:
         return []
+    where = f" (on {', '.join(hosts)})" if hosts else ""
     if not router_key:
         return [
-            "sglang_worker_api_key is set but sglang_router_api_key is empty: the router could not register the "
-            "workers (they refuse it without the key). Set sglang_router_api_key (ansible-vault) to the same value"
+            f"sglang_worker_api_key is set{where} but sglang_router_api_key is empty: the router could not register "
+            "the workers (they refuse it without the key). Set sglang_router_api_key (ansible-vault) to the same value"
         ]
     return [
-        "sglang_worker_api_key differs from sglang_router_api_key: sglang-router 0.3.2 passes each client's "
+        f"sglang_worker_api_key differs from sglang_router_api_key{where}: sglang-router 0.3.2 passes each client's "
         "Authorization header through to the workers, so every request would be refused. Give both the same "
         "vaulted value (or leave sglang_worker_api_key empty)"
     ]
+
+
+def deployment_api_key_problems(worker_keys, router_key):
+    """The key of every host that uses sglang_worker_api_key against the router host's sglang_router_api_key, each
+    read where it is used: WORKER_KEYS {host: sglang_worker_api_key} of the router host (its router registers the
+    workers with it) and of each worker host (its workers refuse a request without it). One message per distinct key
+    that is not the router's, naming its hosts."""
+    by_key = {}
+    for host, key in (worker_keys or {}).items():
+        by_key.setdefault("" if key is None else str(key), []).append(str(host))
+    return [m for key, hosts in by_key.items() for m in worker_api_key_problems(key, router_key, sorted(hosts))]
 
 
 def bind_problems(host, outcomes):

@@ -17,7 +17,13 @@ import os
 
 from ansible_collections.disagg.sglang.plugins.module_utils.deps import deps_rules, venvs
 from ansible_collections.disagg.sglang.plugins.module_utils.model import source
-from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, readiness_rules, router_rules, variables
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
+    compat_rules,
+    plan,
+    readiness_rules,
+    router_rules,
+    variables,
+)
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
 # setting of the plan (plan.host_plan's and router_plan.router_plan's `settings`) -> the variable it is, as it is
@@ -116,10 +122,20 @@ def settings(v, is_colocated, venv_paths):
         "venv": venv_paths.get("engine", ""),
         "router_venv": venv_paths.get("router", ""),
         "engine": venv_paths.get("engine_pin"),
+        # the NIXL the host's engine venv pins ("nixl VERSION"): what its workers run, judged with the router's version
+        # by the router's plan (compat_rules)
+        "nixl": engine_nixl(v),
         "worker_api_key_set": len(str(v.get("sglang_worker_api_key", ""))) > 0,
     }
     found.update({key: v.get(name) for key, name in SETTINGS.items()})
     return found
+
+
+def engine_nixl(v):
+    """ "nixl VERSION" of the NIXL a host's engine venv pins (sglang_deps_packages_nodeps, else sglang_deps_packages),
+    or "nixl (not pinned with ==)"; a list that is not one of strings is named by the deps checks."""
+    lists = (v.get("sglang_deps_packages_nodeps"), v.get("sglang_deps_packages"))
+    return compat_rules.pinned("nixl", [p for li in lists if isinstance(li, list) for p in li if isinstance(p, str)])
 
 
 def secrets(v):
@@ -166,9 +182,10 @@ def deps_problems(v, group_names):
         return problems
     packages = v.get("sglang_deps_packages")
     router_packages = v.get("sglang_deps_router_packages")
+    workers = any(role in group_names for role in WORKER_ROLES)
     problems = deps_rules.deps_problems(packages, v.get("sglang_deps_packages_nodeps"), v.get("sglang_deps_wheelhouse"),
-                                   router_packages)  # fmt: skip
-    if not problems and any(role in group_names for role in WORKER_ROLES):
+                                        router_packages, engine=workers, router="router" in group_names)  # fmt: skip
+    if not problems and workers:
         problems = venvs.engine_problems(v.get("sglang_server_module"), packages)
     if "router" in group_names:
         problems = problems + router_rules.router_packages_problems(router_packages, v.get("sglang_router_impl"))

@@ -98,8 +98,9 @@ def router_plans(worker_specs, inputs):
 
     inputs: router_plan's, with instances (sglang_router_instances as given), ports ({sglang_router_port,
     sglang_router_prometheus_port}: the listeners of the one instance an empty list stands for) and versions
-    ({router, nixl: "dist version", allow: sglang_router_allow_untested_combination}; the engines are the worker
-    specs'), whose combination must be a tested one (compat_rules). Each instance's
+    ({router: "dist version" as this host pins it, allow: sglang_router_allow_untested_combination}; each worker's
+    engine and NIXL are its spec's, as its own host pins them: worker_combinations), whose combinations must be
+    tested ones (compat_rules). Each instance's
     router_plan gets its unit (<prefix><name>), its name and its listeners, and may own any router unit of the host.
     Returns {units: [spec], problems: [message], warnings: [message]} (units empty when problems is not)."""
     host = inputs["host"]
@@ -108,10 +109,14 @@ def router_plans(worker_specs, inputs):
     if problems:
         return {"units": [], "problems": problems}
     versions = inputs.get("versions")
-    engines = sorted({str(s["engine"]) for s in worker_specs if s.get("engine")})
     warnings = []
     if isinstance(versions, dict):  # the tested (router, engine, NIXL) combinations (compat_rules.TESTED)
-        found = (versions["router"], engines, versions["nixl"], versions.get("allow"))
+        found = (
+            versions["router"],
+            worker_combinations(worker_specs, versions.get("nixl")),
+            None,
+            versions.get("allow"),
+        )
         problems += compat_rules.combination_problems(*found)
         warnings += compat_rules.untested_warnings(*found)
     planned = router_rules.router_instances(inputs.get("instances"), inputs["ports"])
@@ -149,6 +154,13 @@ def router_plans(worker_specs, inputs):
     specs = [] if problems else specs
     servers = lb_routers(specs) if behind else []
     return {"units": specs, "problems": problems, "warnings": warnings, "lb_routers": servers}
+
+
+def worker_combinations(worker_specs, nixl=None):
+    """The (engine, NIXL) pair of each worker spec that names its engine, as its worker host pins them (the spec's
+    "engine" and "nixl", host_plan's); NIXL stands in for a spec that does not name its NIXL."""
+    unpinned = f"nixl {compat_rules.UNPINNED}"
+    return sorted({(str(s["engine"]), str(s.get("nixl") or nixl or unpinned)) for s in worker_specs if s.get("engine")})
 
 
 def lb_routers(specs):
