@@ -332,8 +332,9 @@ def probe(module, mem, pair, params, run):
     """The verdict of one probe (kt.decide on its output), with the pair's link and NUMA, the host findings that
     explain a slow VRAM lane, the memory, the exit status and the wall time. RUN: {python, source, systemd_run,
     names: {GPU index: name}}."""
-    argv, env_update = probe_command(mem, pair, params, python=run["python"], source=run["source"],
-                                    systemd_run=run["systemd_run"])  # fmt: skip
+    argv, env_update = probe_command(
+        mem, pair, params, python=run["python"], source=run["source"], systemd_run=run["systemd_run"]
+    )
     t0 = time.monotonic()
     rc, out, err = module.run_command(argv, environ_update=env_update)
     verdict = kt.decide(out + "\n" + err, params["min_gbps"], pair.get("src"), pair.get("dst"), params["env"], mem=mem)

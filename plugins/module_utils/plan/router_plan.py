@@ -57,8 +57,9 @@ def router_plan(worker_specs, inputs):
     problems = settings_problems(inputs)
     problems += router_rules.router_problems(host, prefills, decodes, inputs["ports"], sorted(local_ports))
     problems += router_flag_rules.router_flag_problems(inputs.get("extra_flags"))
-    problems += router_flag_rules.smg_shutdown_problems(inputs.get("impl"), inputs.get("flag_values"),
-                                            inputs["settings"].get("stop_timeout"))  # fmt: skip
+    problems += router_flag_rules.smg_shutdown_problems(
+        inputs.get("impl"), inputs.get("flag_values"), inputs["settings"].get("stop_timeout")
+    )
     problems += rules.flags_shape_problems(inputs.get("extra_flags"), "sglang_router_extra_flags")
     problems += rules.env_problems(inputs.get("env"), "sglang_router_extra_env")
     problems += rules.privileged_port_problems(host, inputs["ports"], inputs["settings"].get("user"))
