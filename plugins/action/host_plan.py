@@ -114,6 +114,8 @@ class ActionModule(ActionBase):
         problems = no_gpu + list(found["problems"]) + list(planned["problems"])
         result.update({key: look.get(key) for key in LOOK_KEYS})
         result.update(changed=False, plan=planned, venv_paths=venv_paths)
+        if roles:  # the worker host's own rolling batch, which its restart rule reads (the deployment's KV check)
+            result["rolling_batch"] = v.get("sglang_rolling_batch")
         # the topology's warnings where this run read it here, the plan's, and the placement. The topology itself is
         # not returned as the fact gpu_topology (the topology role sets that): Ansible copies a host's facts for every
         # later task of the host, and the plan keeps what it placed.

@@ -3,15 +3,22 @@
 """The router unit of one host in one task (documentation: plugins/modules/router_plan.py).
 
 On the controller, from the task's variables and the deployment's worker specs (O(workers)): the router's variables
-against the collection's table, then plan.router_plan on the inputs (module_utils/plan/plan_inputs.py derives what
-every unit of a host shares, as the preflight's host_plan does), and the rule that the workers' API key is the
-router's (cluster_rules.worker_api_key_problems). Nothing runs on the host: what it read there is the preflight's look
-(O(look), host_plan's registered result)."""
+against the collection's table, then router_plan.router_plans on the inputs (module_utils/plan/plan_inputs.py derives
+what every unit of a host shares, as the preflight's host_plan does), and the rule that the workers' API key is the
+router's (cluster_rules.deployment_api_key_problems: the key of each worker host as its own variables give it, and
+this host's, which its router registers the workers with). Nothing runs on the host: what it read there is the
+preflight's look (O(look), host_plan's registered result)."""
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.disagg.sglang.plugins.action.host_plan import TaskVariables
-from ansible_collections.disagg.sglang.plugins.module_utils.plan import cluster_rules, compat_rules, plan, plan_inputs
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
+    cluster_rules,
+    compat_rules,
+    plan,
+    plan_inputs,
+    router_plan,
+)
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
 OPTIONS = {
@@ -19,13 +26,13 @@ OPTIONS = {
     "look": {"type": "dict", "default": {}},
     "variables": {"type": "str"},
 }
-# the router's listeners, by the variable that sets each (plan.router_plan's ports)
+# the router's listeners, by the variable that sets each (router_plan.router_plan's ports)
 PORTS = ("sglang_router_port", "sglang_router_prometheus_port")
 
 
 def router_inputs(v, host, groups, look):
-    """plan.router_plan's inputs from the host's variables V (templated when read) and LOOK (host_look's paths and
-    listeners as host_plan returned them). KeyError names a variable that is not defined (the router role's defaults
+    """router_plan.router_plans' inputs from the host's variables V (templated when read) and LOOK (host_look's paths
+    and listeners as host_plan returned them). KeyError names a variable that is not defined (the router role's defaults
     define every one); sf.FlagError an sglang_router_impl the collection does not run."""
     impl = v["sglang_router_impl"]
     flag_variables = list(sf.router_impl(impl)["flags"].values())
@@ -46,12 +53,10 @@ def router_inputs(v, host, groups, look):
         "instances": v["sglang_router_instances"],
         # with instances: HAProxy in front (module_utils/router/lb.py), the instances on sglang_router_instance_host
         "lb": _lb_inputs(v, groups) if v["sglang_router_instances"] else {},
-        # the router and NIXL the venvs pin (the engines are the worker specs'): compat_rules.TESTED
+        # the router this host's venv pins; each worker's engine and NIXL are its spec's, as its own host's lists
+        # pin them (a router host installs no engine and no NIXL): compat_rules.TESTED
         "versions": {
             "router": compat_rules.pinned(sf.router_impl(impl)["dist"], v["sglang_deps_router_packages"]),
-            "nixl": compat_rules.pinned(
-                "nixl", [*(v["sglang_deps_packages_nodeps"] or []), *(v["sglang_deps_packages"] or [])]
-            ),
             "allow": v["sglang_router_allow_untested_combination"],
         },
     }
@@ -66,6 +71,15 @@ def _lb_inputs(v, groups):
         "public_port": v["sglang_router_port"],
         "stats_port": v["sglang_router_lb_stats_port"],
     }
+
+
+def worker_keys(task_vars, templar, workers):
+    """{host: sglang_worker_api_key} of each worker host whose specs (WORKERS) take a key (their secret_env names
+    SGLANG_WORKER_API_KEY), read from that host's variables: the key its workers require is its own, whatever the
+    router host's variables say."""
+    hostvars = task_vars.get("hostvars") or {}
+    keyed = sorted({str(s.get("host")) for s in workers if "SGLANG_WORKER_API_KEY" in (s.get("secret_env") or {})})
+    return {host: templar.template(hostvars[host].get("sglang_worker_api_key")) for host in keyed if host in hostvars}
 
 
 class ActionModule(ActionBase):
@@ -85,10 +99,10 @@ class ActionModule(ActionBase):
             except sf.FlagError as exc:
                 problems = [str(exc)]
         if not problems:
-            planned = plan.router_plans(list(args["workers"]), inputs)
+            planned = router_plan.router_plans(list(args["workers"]), inputs)
             problems = list(planned["problems"])
-            problems += cluster_rules.worker_api_key_problems(v.get("sglang_worker_api_key"),
-                                                              v.get("sglang_router_api_key"))  # fmt: skip
+            keys = {host: v.get("sglang_worker_api_key"), **worker_keys(task_vars, self._templar, args["workers"])}
+            problems += cluster_rules.deployment_api_key_problems(keys, v.get("sglang_router_api_key"))
         if problems:
             return {**result, "failed": True, "changed": False, "msg": ". ".join(problems) + "."}
         units = planned["units"]

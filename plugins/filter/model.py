@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Filters of the model staging step (roles/sglang/tasks/model.yml, issue 40).
+"""Filters of the model staging step (roles/sglang/tasks/model.yml).
 
 disagg.sglang.model_staging_plan: which worker host fetches a revision from its source and which copy it from there.
 disagg.sglang.model_staging_report: the bytes from outside and from the peers, and their GB/s.

@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Filters of the router's plan (roles/sglang_router/tasks/plan.yml, issue 39).
+"""Filters of the router's plan (roles/sglang_router/tasks/plan.yml).
 
 disagg.sglang.router_lb_plan: HAProxy's configuration on one router host, over every router instance of the
 deployment.

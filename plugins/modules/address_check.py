@@ -108,6 +108,7 @@ problems:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.disagg.sglang.plugins.module_utils.host import address_probes
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import cluster_rules
 from ansible_collections.disagg.sglang.plugins.module_utils.units import service_health
 
@@ -127,9 +128,9 @@ MODULE_OPTIONS = {"supports_check_mode": True}
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, **MODULE_OPTIONS)
     p = module.params
-    bind = {address: cluster_rules.bind_outcome(address) for address in p["bind"]}
+    bind = {address: address_probes.bind_outcome(address) for address in p["bind"]}
     targets = list(p["connect"]) + cluster_rules.connect_targets(p["workers"])
-    connect = [dict(t, outcome=cluster_rules.connect_outcome(t["address"], t["port"], p["timeout"])) for t in targets]
+    connect = [dict(t, outcome=address_probes.connect_outcome(t["address"], t["port"], p["timeout"])) for t in targets]
     problems = cluster_rules.deployment_bind_problems(p["workers"], p["bind_outcomes"])
     problems += cluster_rules.bind_problems(p["name"], bind)
     problems += cluster_rules.connect_problems(p["name"], connect)

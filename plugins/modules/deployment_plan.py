@@ -16,7 +16,9 @@ description:
     deployment disagree on in the KV handoff, now and during the change (C(plan.pd_problems)), counts the instances
     of each role (C(plugins/module_utils/units/rolling.py) C(role_totals)) and groups the worker command lines by the
     program that parses them, each group to be checked once on one host that has its venv (C(plan.cli_check_groups)).
-  - Reads C(sglang_engine_compatible_versions) and C(sglang_rolling_batch) from the task's variables.
+  - Reads C(sglang_engine_compatible_versions) from the task's variables, and each worker host's
+    C(sglang_rolling_batch) from its plan (C(rolling_batch) of M(disagg.sglang.host_plan)); the task's
+    C(sglang_rolling_batch) stands in for a host whose plan does not name it.
   - Runs on the controller only and never fails on the plans; the play shows the warnings first, then asserts
     RV(pd_problems) is empty.
 options:
@@ -66,6 +68,10 @@ retired:
   returned: success
   type: list
   elements: str
+batches:
+  description: Each worker host's C(sglang_rolling_batch), by host.
+  returned: success
+  type: dict
 pd_problems:
   description: What prefill and decode of the deployment disagree on in the KV handoff, each a message naming the fix.
   returned: success

@@ -89,4 +89,10 @@ venv_paths:
     This run's venvs (C(sglang_deps_venv_paths)) - named here where they were not defined yet, else as they were.
   returned: when the checks before the look passed
   type: dict
+rolling_batch:
+  description: >-
+    The host's own C(sglang_rolling_batch), which its restart rule reads: M(disagg.sglang.deployment_plan) judges a
+    change of the KV contract by it.
+  returned: on a worker host, when the look succeeded
+  type: raw
 """

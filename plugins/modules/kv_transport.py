@@ -229,44 +229,40 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.disagg.sglang.plugins.module_utils.host.gpu_topology import NVIDIA_SMI_DIRS, gather
 from ansible_collections.disagg.sglang.plugins.module_utils.kv import kv_transport as kt
 
+ARGUMENT_SPEC = {
+    "venv": {"type": "path", "default": "/opt/sglang/venv"},
+    "pairs": {
+        "type": "list",
+        "elements": "dict",
+        "options": {"src": {"type": "int", "required": True}, "dst": {"type": "int", "required": True}},
+    },
+    "prefill_gpus": {"type": "list", "elements": "int", "default": []},
+    "decode_gpus": {"type": "list", "elements": "int", "default": []},
+    "mib": {"type": "float", "default": 1024},
+    "iters": {"type": "int", "default": 3},
+    "min_gbps": {"type": "float", "default": 10},
+    "memory": {"type": "str", "default": "auto", "choices": ["auto", "vram", "dram"]},
+    "dram_mib": {"type": "float", "default": 64},
+    "env": {"type": "dict", "default": {}},
+    "properties": {"type": "list", "elements": "str"},
+    "timeout": {"type": "int", "default": 120},
+    "sysfs_root": {"type": "path", "default": "/"},
+    "nvidia_smi_path": {"type": "path"},
+    "host_findings": {"type": "list", "elements": "dict", "default": []},
+}
+# Whether torch or cupy can hold VRAM in the venv (exit 0), run with its python.
+ARRAY_LIBRARY_CHECK = (
+    "import importlib.util as u; raise SystemExit(0 if u.find_spec('torch') or u.find_spec('cupy') else 3)"
+)
 
-def main():
-    module = AnsibleModule(
-        argument_spec={
-            "venv": {"type": "path", "default": "/opt/sglang/venv"},
-            "pairs": {
-                "type": "list",
-                "elements": "dict",
-                "options": {"src": {"type": "int", "required": True}, "dst": {"type": "int", "required": True}},
-            },
-            "prefill_gpus": {"type": "list", "elements": "int", "default": []},
-            "decode_gpus": {"type": "list", "elements": "int", "default": []},
-            "mib": {"type": "float", "default": 1024},
-            "iters": {"type": "int", "default": 3},
-            "min_gbps": {"type": "float", "default": 10},
-            "memory": {"type": "str", "default": "auto", "choices": ["auto", "vram", "dram"]},
-            "dram_mib": {"type": "float", "default": 64},
-            "env": {"type": "dict", "default": {}},
-            "properties": {"type": "list", "elements": "str"},
-            "timeout": {"type": "int", "default": 120},
-            "sysfs_root": {"type": "path", "default": "/"},
-            "nvidia_smi_path": {"type": "path"},
-            "host_findings": {"type": "list", "elements": "dict", "default": []},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-    problems = kt.check_properties(p["properties"])
-    if problems:
-        module.fail_json(msg="; ".join(problems))
 
-    def skip(reason, planned=None):
-        module.exit_json(changed=False, skipped=True, skipped_reason=reason, msg=reason, planned=planned or [])
+def skip(module, reason, planned=None):
+    module.exit_json(changed=False, skipped=True, skipped_reason=reason, msg=reason, planned=planned or [])
 
-    python = os.path.join(p["venv"], "bin", "python")
-    if not os.access(python, os.X_OK):
-        skip(f"KV transport probe skipped: {python} does not exist (venv {p['venv']} not installed)")
-    smi = p["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=NVIDIA_SMI_DIRS)
+
+def read_topology(module, params):
+    """The host's gpu_topology facts, read by the topology code with the module's command runner."""
+    smi = params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=NVIDIA_SMI_DIRS)
 
     def runner(argv):
         try:
@@ -274,106 +270,138 @@ def main():
         except OSError as exc:  # nvidia-smi missing or not executable: the topology code says "no GPU"
             return 127, "", str(exc)
 
-    facts = gather(sysfs_root=p["sysfs_root"], nvidia_smi_path=smi, runner=runner)
-    indices = [g["index"] for g in facts["gpus"]]
-    if not indices and p["memory"] == "vram":
-        skip(f"KV transport probe skipped: no GPU on this host ({facts['reason']})")
+    return gather(sysfs_root=params["sysfs_root"], nvidia_smi_path=smi, runner=runner)
 
+
+def memory_to_probe(module, params, python, facts):
+    """(memory, why): VRAM or DRAM as kt.choose_memory picks from what the host has; skips (exits) the module where
+    nothing can be probed: no GPU for memory=vram, NIXL that does not import, no memory to hold the buffers."""
+    indices = [g["index"] for g in facts["gpus"]]
+    if not indices and params["memory"] == "vram":
+        skip(module, f"KV transport probe skipped: no GPU on this host ({facts['reason']})")
     rc, out, err = module.run_command([python, "-c", "import nixl._api"])
     if rc != 0:
         why = (err or out).strip().splitlines()[-1:] or ["no output"]
-        skip(f"KV transport probe skipped: NIXL does not import in {p['venv']} ({why[0]})")
+        skip(module, f"KV transport probe skipped: NIXL does not import in {params['venv']} ({why[0]})")
     array_library = False
-    if indices and p["memory"] != "dram":
-        rc, _out, _err = module.run_command(
-            [
-                python,
-                "-c",
-                "import importlib.util as u; raise SystemExit(0 if u.find_spec('torch') or u.find_spec('cupy') else 3)",
-            ]
-        )
-        array_library = rc == 0
-    mem, mem_reason = kt.choose_memory(p["memory"], indices, array_library)
+    if indices and params["memory"] != "dram":
+        array_library = module.run_command([python, "-c", ARRAY_LIBRARY_CHECK])[0] == 0
+    mem, mem_reason = kt.choose_memory(params["memory"], indices, array_library)
     if mem is None:
-        skip(f"KV transport probe skipped: {mem_reason}" + ("" if indices else f" ({facts['reason']})"))
-    if not indices:
-        mem_reason += f" ({facts['reason']})"
+        skip(module, f"KV transport probe skipped: {mem_reason}" + ("" if indices else f" ({facts['reason']})"))
+    return mem, mem_reason + ("" if indices else f" ({facts['reason']})")
 
+
+def planned_pairs(mem, params, facts):
+    """What to probe: DRAM once; else the given pairs, the pair classes of the prefill and decode GPUs
+    (kt.pair_classes), or the first two GPUs (the first with itself on a one-GPU host)."""
+    indices = [g["index"] for g in facts["gpus"]]
     if mem == "dram":
-        planned = [{"memory": "DRAM"}]
-    elif p["pairs"]:
-        planned = [{"src": x["src"], "dst": x["dst"]} for x in p["pairs"]]
-    elif p["prefill_gpus"] and p["decode_gpus"]:
-        planned = kt.pair_classes(facts, p["prefill_gpus"], p["decode_gpus"])
+        return [{"memory": "DRAM"}]
+    if params["pairs"]:
+        return [{"src": x["src"], "dst": x["dst"]} for x in params["pairs"]]
+    if params["prefill_gpus"] and params["decode_gpus"]:
+        return kt.pair_classes(facts, params["prefill_gpus"], params["decode_gpus"])
+    return [{"src": indices[0], "dst": indices[1] if len(indices) > 1 else indices[0]}]
+
+
+def unknown_gpus(mem, planned, facts):
+    """The GPUs of the planned VRAM pairs that the host does not have (sorted; none for DRAM)."""
+    if mem != "vram":
+        return []
+    return sorted({g for x in planned for g in (x["src"], x["dst"])} - {g["index"] for g in facts["gpus"]})
+
+
+def probe_command(mem, pair, params, *, python, source, systemd_run):
+    """(argv, environment update) of one probe: as a transient unit with the given properties where SYSTEMD_RUN, else
+    a plain child with the environment."""
+    if mem == "dram":
+        args = kt.probe_args(0, 0, params["dram_mib"], params["iters"], params["timeout"], mem="dram")
+        unit = f"disagg-kv-probe-dram-{os.getpid()}"
     else:
-        planned = [{"src": indices[0], "dst": indices[1] if len(indices) > 1 else indices[0]}]
+        args = kt.probe_args(pair["src"], pair["dst"], params["mib"], params["iters"], params["timeout"])
+        unit = f"disagg-kv-probe-{pair['src']}-{pair['dst']}-{os.getpid()}"
+    if systemd_run:
+        argv = kt.probe_argv(python, source, args, properties=params["properties"], env=params["env"], unit=unit,
+                             systemd_run=systemd_run)  # fmt: skip
+        return argv, {}
+    return kt.probe_argv(python, source, args), dict(params["env"])
+
+
+def probe(module, mem, pair, params, run):
+    """The verdict of one probe (kt.decide on its output), with the pair's link and NUMA, the host findings that
+    explain a slow VRAM lane, the memory, the exit status and the wall time. RUN: {python, source, systemd_run,
+    names: {GPU index: name}}."""
+    argv, env_update = probe_command(
+        mem, pair, params, python=run["python"], source=run["source"], systemd_run=run["systemd_run"]
+    )
+    t0 = time.monotonic()
+    rc, out, err = module.run_command(argv, environ_update=env_update)
+    verdict = kt.decide(out + "\n" + err, params["min_gbps"], pair.get("src"), pair.get("dst"), params["env"], mem=mem)
+    verdict.update({k: v for k, v in pair.items() if k in ("link", "numa")})
     if mem == "vram":
-        unknown = sorted({g for x in planned for g in (x["src"], x["dst"])} - set(indices))
-        if unknown:
-            module.fail_json(msg=f"kv_transport: GPU(s) {unknown} not on this host (it has {indices})", planned=planned)
+        kt.explain(verdict, params["host_findings"], run["names"].get(pair.get("src")), pair.get("numa"))
+    verdict.update(memory="VRAM" if mem == "vram" else "DRAM", rc=rc, wall_s=round(time.monotonic() - t0, 2))
+    return verdict
+
+
+def outcome(mem, results, mem_reason, requested):
+    """{failed, msg, warning} of the probes: a failed DRAM probe fails only where DRAM was asked for (REQUESTED
+    memory=dram; with auto it warns), a failed VRAM pair always."""
+    if mem == "dram":
+        verdict = results[0]
+        state = "passed" if verdict["ok"] else "FAILED"
+        msg = f"DRAM probe {state} in {verdict['wall_s']:.1f} s (why DRAM: {mem_reason})"
+        if verdict["ok"]:
+            return {"failed": False, "msg": msg, "warning": None}
+        if requested == "dram":
+            return {"failed": True, "msg": msg + ": " + verdict["message"], "warning": None}
+        return {"failed": False, "msg": msg,
+                "warning": verdict["message"] + " (a warning: memory=auto fails only on the GPU path)"}  # fmt: skip
+    failed = [r for r in results if not r["ok"]]
+    used = sum(r["wall_s"] for r in results)
+    summary = f"{len(results) - len(failed)} of {len(results)} pair(s) passed; GPUs used for {used:.1f} s"
+    if failed:
+        return {"failed": True, "msg": summary + ": " + " | ".join(r["message"] for r in failed), "warning": None}
+    return {"failed": False, "msg": summary, "warning": None}
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    problems = kt.check_properties(p["properties"])
+    if problems:
+        module.fail_json(msg="; ".join(problems))
+    python = os.path.join(p["venv"], "bin", "python")
+    if not os.access(python, os.X_OK):
+        skip(module, f"KV transport probe skipped: {python} does not exist (venv {p['venv']} not installed)")
+    facts = read_topology(module, p)
+    mem, mem_reason = memory_to_probe(module, p, python, facts)
+    planned = planned_pairs(mem, p, facts)
+    unknown = unknown_gpus(mem, planned, facts)
+    if unknown:
+        indices = [g["index"] for g in facts["gpus"]]
+        module.fail_json(msg=f"kv_transport: GPU(s) {unknown} not on this host (it has {indices})", planned=planned)
     label = "VRAM" if mem == "vram" else "DRAM"
     if module.check_mode:
         what = f"{len(planned)} pair(s)" if mem == "vram" else kt.DRAM_LABEL
         module.exit_json(
             changed=False, planned=planned, memory=label, memory_reason=mem_reason, msg=f"would probe {what}"
         )
-
-    source = kt.worker_source()
-    systemd_run = None
-    if p["properties"] is not None:
-        systemd_run = module.get_bin_path("systemd-run", required=True)
-    results = []
-    for pair in planned:
-        if mem == "dram":
-            args = kt.probe_args(0, 0, p["dram_mib"], p["iters"], p["timeout"], mem="dram")
-            unit = f"disagg-kv-probe-dram-{os.getpid()}"
-        else:
-            args = kt.probe_args(pair["src"], pair["dst"], p["mib"], p["iters"], p["timeout"])
-            unit = f"disagg-kv-probe-{pair['src']}-{pair['dst']}-{os.getpid()}"
-        if systemd_run:
-            argv = kt.probe_argv(
-                python,
-                source,
-                args,
-                properties=p["properties"],
-                env=p["env"],
-                unit=unit,
-                systemd_run=systemd_run,
-            )
-            env_update = {}
-        else:
-            argv = kt.probe_argv(python, source, args)
-            env_update = dict(p["env"])
-        t0 = time.monotonic()
-        rc, out, err = module.run_command(argv, environ_update=env_update)
-        verdict = kt.decide(out + "\n" + err, p["min_gbps"], pair.get("src"), pair.get("dst"), p["env"], mem=mem)
-        verdict.update({k: v for k, v in pair.items() if k in ("link", "numa")})
-        names = {g["index"]: g.get("name") for g in facts["gpus"]}
-        if mem == "vram":
-            kt.explain(verdict, p["host_findings"], names.get(pair.get("src")), pair.get("numa"))
-        verdict["memory"] = label
-        verdict["rc"] = rc
-        verdict["wall_s"] = round(time.monotonic() - t0, 2)
-        results.append(verdict)
-
-    if mem == "dram":
-        verdict = results[0]
-        state = "passed" if verdict["ok"] else "FAILED"
-        msg = f"DRAM probe {state} in {verdict['wall_s']:.1f} s (why DRAM: {mem_reason})"
-        if not verdict["ok"] and p["memory"] == "dram":
-            module.fail_json(msg=msg + ": " + verdict["message"], pairs=results, planned=planned, memory=label)
-        if not verdict["ok"]:
-            module.warn(verdict["message"] + " (a warning: memory=auto fails only on the GPU path)")
-        module.exit_json(changed=False, pairs=results, planned=planned, memory=label, memory_reason=mem_reason, msg=msg)
-
-    failed = [r for r in results if not r["ok"]]
-    used = sum(r["wall_s"] for r in results)
-    summary = f"{len(results) - len(failed)} of {len(results)} pair(s) passed; GPUs used for {used:.1f} s"
-    if failed:
-        module.fail_json(
-            msg=summary + ": " + " | ".join(r["message"] for r in failed), pairs=results, planned=planned, memory=label
-        )
-    module.exit_json(changed=False, pairs=results, planned=planned, memory=label, memory_reason=mem_reason, msg=summary)
+    run = {
+        "python": python,
+        "source": kt.worker_source(),
+        "systemd_run": module.get_bin_path("systemd-run", required=True) if p["properties"] is not None else None,
+        "names": {g["index"]: g.get("name") for g in facts["gpus"]},
+    }
+    results = [probe(module, mem, pair, p, run) for pair in planned]
+    found = outcome(mem, results, mem_reason, p["memory"])
+    if found["failed"]:
+        module.fail_json(msg=found["msg"], pairs=results, planned=planned, memory=label)
+    if found["warning"]:
+        module.warn(found["warning"])
+    module.exit_json(changed=False, pairs=results, planned=planned, memory=label, memory_reason=mem_reason,
+                     msg=found["msg"])  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -16,9 +16,10 @@ description:
     secrets, the account's variables), the flags of the router program C(sglang_router_impl) names, and the worker
     specs of the deployment (O(workers)); the router dials each worker at its spec's url (its advertise address).
   - First the variables of O(variables)'s role against the collection's variable table; then a router unit per
-    router instance (C(sglang_router_instances), C(plugins/module_utils/plan/plan.py) C(router_plans) and
+    router instance (C(sglang_router_instances), C(plugins/module_utils/plan/router_plan.py) C(router_plans) and
     C(router_rules.py)) and its rules, and the rule that the workers' API key is the
-    router's (C(cluster_rules.worker_api_key_problems)).
+    router's (C(cluster_rules.deployment_api_key_problems), each worker host's key as that host's variables give it,
+    and the router host's own).
   - Fails naming every problem of the first step that found any (joined by C(. )); no unit is planned then.
   - Runs on the controller only; what it knows of the host is what the preflight's look read (O(look)).
   - Changes nothing, in any mode.

@@ -1,4 +1,5 @@
-"""Tables for plugins/module_utils/plan/cluster_rules.py and rolling.py (pure functions, no network)."""
+"""Tables for plugins/module_utils/plan/cluster_rules.py, host/address_probes.py and rolling.py (pure functions, no
+network)."""
 
 import errno
 import json
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.disagg.sglang.plugins.module_utils.host import address_probes
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import cluster_rules, rules
 from ansible_collections.disagg.sglang.plugins.module_utils.units import rolling, units
 from test_units import DECODE, PLACEMENT, PROFILE, SETTINGS
@@ -55,7 +57,7 @@ class _Conn:
     ],
 )
 def test_connect_outcome(connect, outcome):
-    assert cluster_rules.connect_outcome("10.0.0.1", 30000, 1, connect=connect) == outcome
+    assert address_probes.connect_outcome("10.0.0.1", 30000, 1, connect=connect) == outcome
 
 
 def test_connect_problems_name_the_unit_and_the_fix():
@@ -70,12 +72,12 @@ def test_connect_problems_name_the_unit_and_the_fix():
 
 
 def test_bind_outcome_on_loopback_and_a_foreign_address():
-    assert cluster_rules.bind_outcome("127.0.0.1") == "ok"
+    assert address_probes.bind_outcome("127.0.0.1") == "ok"
 
     def no_such_address(_addr):
         raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
 
-    assert cluster_rules.bind_outcome("127.0.0.1", bind=no_such_address).startswith("not an address of this host")
+    assert address_probes.bind_outcome("127.0.0.1", bind=no_such_address).startswith("not an address of this host")
     found = cluster_rules.bind_problems("p1", {"10.9.9.9": "not an address of this host (10.9.9.9)", "10.0.0.1": "ok"})
     assert len(found) == 1 and "sglang_advertise_address 10.9.9.9 of p1" in found[0]
 
@@ -235,7 +237,7 @@ RETIRE = {
 @pytest.mark.parametrize("case", RETIRE, ids=list(RETIRE))
 def test_retiring_every_instance_of_a_role_needs_sglang_retire_roles(case):
     retired, totals, allowed, want = RETIRE[case]
-    problems = rules.retire_problems(retired, totals, allowed)
+    problems = cluster_rules.retire_problems(retired, totals, allowed)
     assert (problems == []) if want is None else (len(problems) == 1 and want in problems[0]), problems
     if want:
         assert "sglang_retire_roles: [decode]" in problems[0]
@@ -278,7 +280,7 @@ def test_the_address_check_module_dials_the_workers_urls_and_names_their_hosts_b
         dialed.append((address, port))
         return "refused" if address == "10.0.0.2" else "timeout"
 
-    monkeypatch.setattr(cluster_rules, "connect_outcome", outcome)
+    monkeypatch.setattr(address_probes, "connect_outcome", outcome)
     specs = [
         {"unit": "p0", "host": "a", "url": "http://10.0.0.2:30000", "flags": {"host": "10.0.0.2"}},
         {"unit": "d0", "host": "b", "url": "http://[fd00::3]:30001", "flags": {"host": "fd00::3"}},
@@ -296,8 +298,8 @@ def test_the_address_check_module_dials_the_workers_urls_and_names_their_hosts_b
 
 def test_the_deployment_plan_counts_each_roles_instances_and_refuses_retiring_a_whole_role(monkeypatch):
     """disagg.sglang.deployment_plan joins the hosts' plans once: the role totals the restart rule and the rolling
-    step read, and the retire check (rules.retire_problems) on every host's retired units, with sglang_retire_roles,
-    which the preflight's last play asserts."""
+    step read, and the retire check (cluster_rules.retire_problems) on every host's retired units, with
+    sglang_retire_roles, which the preflight's last play asserts."""
     from ansible_collections.disagg.sglang.plugins.action.deployment_plan import deployment_plan  # noqa: PLC0415
     from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan  # noqa: PLC0415
 

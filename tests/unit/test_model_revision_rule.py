@@ -1,11 +1,12 @@
-"""The model revision is part of the KV contract (issue 40): a plan that would serve prefill and decode on two
-revisions of the model is refused by the deployment-wide PD checks (plan.pd_problems, rule
-rules.model_revision_problems), naming the workers, both revisions, sglang_model_source and the fix. Table tests."""
+"""The model revision is part of the KV contract: a plan that would serve prefill and decode on two revisions of the
+model is refused by the deployment-wide PD checks (plan.pd_problems, rule revision_rules.model_revision_problems),
+naming the workers, both revisions, sglang_model_source and the fix. Table tests."""
 
 from __future__ import annotations
 
 import pytest
-from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, rules
+from ansible_collections.disagg.sglang.plugins.module_utils.model import revision_rules
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan
 
 A = "0123456789abcdef0123456789abcdef01234567"
 B = "89abcdef0123456789abcdef0123456789abcdef"
@@ -74,4 +75,4 @@ def test_a_revision_change_of_the_whole_deployment_is_no_mismatch():
     planned = [spec("sglang-prefill0", "prefill", "p1", B), spec("sglang-decode0", "decode", "d1", B)]
     deployed = {"p1": {"sglang-prefill0": {"model_revision": A}}, "d1": {"sglang-decode0": {"model_revision": A}}}
     assert plan.pd_problems(planned, {"deployed": deployed, "batch": 1}) == []
-    assert rules.model_revision_problems(planned) == []
+    assert revision_rules.model_revision_problems(planned) == []

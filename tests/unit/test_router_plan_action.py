@@ -1,13 +1,17 @@
 """The router's plan in one task, disagg.sglang.router_plan (an action plugin: its inputs from the host's variables,
 the plan on the controller), through `ansible` itself on an inventory host of every role with the sandbox
-inventory's variables: it plans the unit plan.router_plan plans of the inputs the action derives (test_rules'
+inventory's variables: it plans the unit router_plan.router_plan plans of the inputs the action derives (test_rules'
 preflight derives them by the same function), says which program the deployed router runs and whether its command
 line still needs the parser's check, and fails with the rules' messages."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from ansible.errors import AnsibleError
 from ansible_collections.disagg.sglang.plugins.module_utils.units import units
 from inventory_vars import adhoc_module, host_vars
 from test_rules import preflight, topology  # noqa: F401 (the fixture)  # pylint: disable=unused-import
@@ -138,3 +142,70 @@ def test_router_plan_reaches_a_router_where_its_record_says_it_answers_until_the
     # a record from before the records kept the URLs: the planned ones
     status, result = router_plan(tmp_path, workers, **moved, sglang_deployed={"sglang-router-a": {"impl": "smg"}})
     assert result["endpoints"][0]["url"] == "http://10.0.0.7:8001" and result["endpoints"][0]["implementation"] == "smg"
+
+
+def two_host_router_plan(tmp_path, workers, router_vars, worker_vars):
+    """router_plan on router-only host r1 in front of worker host w1 (WORKERS' specs moved there), each host with its
+    own variables (ROUTER_VARS, WORKER_VARS: host variables of the inventory), the rest the sandbox inventory's."""
+    _templar, variables, v = host_vars(host=HOST, extra={})
+    own = set(router_vars) | set(worker_vars)
+    values = {}
+    for name in variables:
+        if name.startswith("sglang_") and name not in own:
+            try:
+                values[name] = v(name)
+            except AnsibleError:
+                continue
+    (tmp_path / "vars.json").write_text(json.dumps(values))
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    hosts = {"r1": {**local, **router_vars}, "w1": {**local, **worker_vars}}
+    children = {
+        "prefill": {"hosts": {"w1": None}},
+        "decode": {"hosts": {"w1": None}},
+        "router": {"hosts": {"r1": None}},
+    }
+    (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"hosts": hosts, "children": children}}))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"), LC_ALL="C.UTF-8")  # fmt: skip
+    moved = [dict(s, host="w1") for s in workers]
+    args = {"workers": moved, "look": {"paths": {}, "listeners": {}}, "variables": "sglang_router"}
+    argv = [str(Path(sys.executable).with_name("ansible")), "r1", "-i", str(tmp_path / "hosts.yml"), "-o",
+            "-e", f"@{tmp_path / 'vars.json'}", "-m", "disagg.sglang.router_plan", "-a", json.dumps(args)]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, cwd=REPO, timeout=120)
+    head, sep, body = proc.stdout.partition("=> ")
+    assert sep, proc.stdout + proc.stderr
+    return head.strip(), json.loads(body)
+
+
+def keyed(workers):
+    """The worker specs as a worker host with sglang_worker_api_key set plans them (units.worker_units)."""
+    return [dict(s, secret_env={**s["secret_env"], "SGLANG_WORKER_API_KEY": "sglang_worker_api_key"}) for s in workers]
+
+
+@pytest.mark.parametrize(
+    ("router_vars", "worker_vars", "expect"),
+    [
+        pytest.param({"sglang_router_api_key": "k"}, {"sglang_worker_api_key": "k"}, None,
+                     id="the worker group's key is the router's, the router group sets no worker key"),
+        pytest.param({"sglang_router_api_key": "r"}, {"sglang_worker_api_key": "w"},
+                     "sglang_worker_api_key differs from sglang_router_api_key (on w1):",
+                     id="the worker group's own key differs from the router's"),
+        pytest.param({"sglang_router_api_key": "", "sglang_worker_api_key": ""}, {"sglang_worker_api_key": "w"},
+                     "sglang_worker_api_key is set (on w1) but sglang_router_api_key is empty",
+                     id="the workers take a key the router host does not have"),
+        pytest.param({"sglang_router_api_key": "r", "sglang_worker_api_key": "x"}, {"sglang_worker_api_key": "r"},
+                     "sglang_worker_api_key differs from sglang_router_api_key (on r1):",
+                     id="the router host registers the workers with another key"),
+    ],
+)  # fmt: skip
+def test_the_workers_key_is_read_on_each_worker_host_not_on_the_router_host(
+    planned, tmp_path, router_vars, worker_vars, expect
+):
+    """Each host's sglang_worker_api_key is judged where it is used: the worker host's own (its workers refuse a
+    request without it), and the router host's (its router registers the workers with it)."""
+    workers, _router = planned
+    status, result = two_host_router_plan(tmp_path, keyed(workers), router_vars, worker_vars)
+    if expect is None:
+        assert status == "r1 | SUCCESS", result
+    else:
+        assert status.endswith("FAILED!") and result["msg"].startswith(expect), result

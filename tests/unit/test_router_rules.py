@@ -1,6 +1,6 @@
 """The router instances of a router host (sglang_router_instances, plugins/module_utils/plan/router_rules.py): the
-rules as a table, and what plan.router_plans makes of a list - a hardened unit per instance, every one with the same
-workers - and of no list: exactly the single router of sglang_router_port."""
+rules as a table, and what router_plan.router_plans makes of a list - a hardened unit per instance, every one with
+the same workers - and of no list: exactly the single router of sglang_router_port."""
 
 import pytest
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import router_rules as rr

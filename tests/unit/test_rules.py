@@ -12,12 +12,16 @@ import pytest
 import topology_fakes as tf
 import yaml
 from ansible_collections.disagg.sglang.plugins.action import router_plan as router_plan_action
+from ansible_collections.disagg.sglang.plugins.module_utils.deps import deps_rules
+from ansible_collections.disagg.sglang.plugins.module_utils.model import revision_rules
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
     cluster_rules,
     compat_rules,
     kv_rules,
     plan_inputs,
     profile_rules,
+    router_flag_rules,
+    router_plan,
     router_rules,
     rules,
 )
@@ -131,14 +135,16 @@ def preflight(
         look = {"paths": found_paths, "listeners": found_listeners}
         try:
             router_inputs = router_plan_action.router_inputs(values, v("inventory_hostname"), variables["groups"], look)
-            router = plan_mod.router_plans(plan["units"], router_inputs)
+            router = router_plan.router_plans(plan["units"], router_inputs)
         except sf.FlagError as exc:  # an impl the table refuses never gets this far in a run
             router = {"problems": [str(exc)], "units": []}
         stages.append(table("sglang_router"))
         stages.append(
             lambda: (
                 router["problems"]
-                + cluster_rules.worker_api_key_problems(v("sglang_worker_api_key"), v("sglang_router_api_key"))
+                + cluster_rules.deployment_api_key_problems(
+                    {v("inventory_hostname"): v("sglang_worker_api_key")}, v("sglang_router_api_key")
+                )
             )
         )
     for stage in stages:
@@ -177,15 +183,17 @@ def test_bad_inventory_row_fails_with_its_message(topologies, row):
 RULES_TESTED_ELSEWHERE = {
     "cluster_rules.worker_api_key_problems": "disagg.sglang.router_plan checks it beside the plan: "
     "tests/unit/test_cluster_rules.py, tests/unit/test_router_plan_action.py",
+    "cluster_rules.deployment_api_key_problems": "each worker host's key as its own variables give it, in "
+    "disagg.sglang.router_plan: tests/unit/test_cross_host_rules.py, tests/unit/test_router_plan_action.py",
     "kv_rules.p2p_policy_problems": "the p2p policy's own variable: tests/unit/test_kv_rules.py",
     "cluster_rules.bind_problems": "the address_check module on the hosts: tests/unit/test_cluster_rules.py, and "
     "tests/integration/test_multihost.py on three sandbox hosts",
     "cluster_rules.connect_problems": "the address_check module on the router host: tests/unit/test_cluster_rules.py",
     "cluster_rules.deployment_bind_problems": "each worker host's look (host_look's bind), read once by the "
     "router host's address_check: tests/unit/test_host_look.py, tests/unit/test_cluster_rules.py",
-    "rules.retire_problems": "deployment-wide, on the records the hosts hold: tests/unit/test_cluster_rules.py",
-    "rules.model_revision_problems": "deployment-wide, over the worker specs of every host (a row plans one host: "
-    "one model source for all its units): tests/unit/test_model_revision_rule.py",
+    "cluster_rules.retire_problems": "deployment-wide, on the records the hosts hold: tests/unit/test_cluster_rules.py",
+    "revision_rules.model_revision_problems": "deployment-wide, over the worker specs of every host (a row plans one "
+    "host: one model source for all its units): tests/unit/test_model_revision_rule.py",
     "rules.no_gpu_problems": "the topology facts, not the inventory: "
     "test_a_worker_host_showing_no_gpu_is_named_with_why",
 }
@@ -215,7 +223,17 @@ def _rules():
     """Every preflight rule: the public *_problems functions of the rule modules."""
     return {
         f"{module.__name__.rsplit('.', 1)[1]}.{name}": (module, name)
-        for module in (rules, kv_rules, profile_rules, cluster_rules, router_rules, compat_rules)
+        for module in (
+            rules,
+            kv_rules,
+            profile_rules,
+            cluster_rules,
+            router_rules,
+            router_flag_rules,
+            compat_rules,
+            deps_rules,
+            revision_rules,
+        )
         for name, fn in inspect.getmembers(module, inspect.isfunction)
         if name.endswith("_problems") and fn.__module__ == module.__name__
     }

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.disagg.sglang.plugins.module_utils.plan import rules
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import kv_rules, router_flag_rules, rules
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.module_utils.units import units
 from samples import INSTANCES
@@ -246,7 +246,7 @@ def test_kv_mismatches_name_the_flag_and_the_units(decode_values, expected):
         _contract("sglang-prefill0", "prefill", "a"),
         _contract("sglang-decode0", "decode", "b", **decode_values),
     ]
-    assert rules.kv_mismatches(contracts, units.KV_CONTRACT) == expected
+    assert kv_rules.kv_mismatches(contracts, units.KV_CONTRACT) == expected
 
 
 @pytest.mark.parametrize("flag", ["prefill", "--decode", "pd-disaggregation", "worker-urls"])
@@ -339,7 +339,7 @@ def test_every_router_flag_the_collection_sets_has_one_variable_and_is_refused_a
     assert sf.router_flags(values) == {flag: f"v-{flag}" for flag in sf.ROUTER_FLAGS}
     assert sf.router_flags(values, {"log-level": "debug"})["log-level"] == "debug"
     for flag, variable in sf.ROUTER_FLAGS.items():
-        [message] = rules.router_flag_problems({flag: 1})
+        [message] = router_flag_rules.router_flag_problems({flag: 1})
         assert f"sets --{flag}, which the collection owns: use {variable} instead" in message
     with pytest.raises(sf.FlagError, match="no value for sglang_router_port"):
         sf.router_flags({k: v for k, v in values.items() if k != "sglang_router_port"})
@@ -358,7 +358,7 @@ def test_smg_writes_out_its_routing_settings_and_a_switch_set_false_renders_its_
     # sglang-router's table has none of them, and neither program's flags may come in as extra flags
     assert not set(sf.SMG_FLAGS) & set(sf.router_impl("sglang_router")["flags"])
     for flag in [*sf.SMG_FLAGS, "disable-worker-overload-protection"]:
-        [message] = rules.router_flag_problems({flag: 1})
+        [message] = router_flag_rules.router_flag_problems({flag: 1})
         assert "which the collection owns: use sglang_router_smg_" in message, message
     with pytest.raises(sf.FlagError, match="sglang_router_impl 'amg' is not a router this collection runs"):
         sf.router_impl("amg")

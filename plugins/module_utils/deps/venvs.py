@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Versioned venvs (issue 20, item 4): each distinct package set gets its own venv, named by a digest of what
+"""Versioned venvs: each distinct package set gets its own venv, named by a digest of what
 makes it, built and verified beside the running one. Pure functions; the deps role applies them.
 
     venvs(inputs)                      {engine, router, ...}: the paths of this run's venvs

@@ -167,12 +167,39 @@ def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_p
     source: 'auto' (NVML, else nvidia-smi), 'nvml' or 'nvidia-smi' (only that one).
     runner: argv -> (rc, stdout, stderr), with LC_ALL=C; needed when nvidia-smi is asked (the modules pass
     AnsibleModule.run_command, tests/hardware a subprocess runner).
+
+    The steps: collect (the GPUs, links and P2P matrices from NVML or nvidia-smi), gpu_fact (each GPU's NUMA node,
+    locate_numa, and CPU affinity, locate_cpus), derived_numa_nodes (where sysfs has none), facts_of (the result).
     """
     sysfs_root = sysfs_root or "/"
     numa_nodes = read_numa_nodes(sysfs_root)
-    skipped = []
-    data, src = None, None
+    data, src, skipped = collect(sysfs_root, numa_nodes, nvidia_smi_path=nvidia_smi_path, runner=runner,
+                                 nvml_loader=nvml_loader, source=source)  # fmt: skip
+    if data is None:
+        return empty_facts(
+            "no GPU found: " + "; ".join(skipped) if skipped else "no GPU source asked", numa_nodes, skipped
+        )
+    warnings = list(data["warnings"])
+    found = [gpu_fact(raw, sysfs_root, numa_nodes, src) for raw in sorted(data["gpus"], key=lambda g: g["index"])]
+    gpus = [gpu for gpu, _numa_src, _cpu_src, _warnings in found]
+    warnings += [w for _gpu, _numa_src, _cpu_src, gpu_warnings in found for w in gpu_warnings]
+    nodes_src = ["sysfs"] if numa_nodes else []
+    if not numa_nodes:
+        numa_nodes, nodes_src, node_warnings = derived_numa_nodes(gpus, sysfs_root)
+        warnings += node_warnings
+    sources = {
+        "numa_node": {s for _g, numa_src, _c, _w in found for s in numa_src},
+        "cpu_affinity": {s for _g, _n, cpu_src, _w in found for s in cpu_src},
+        "numa_nodes": nodes_src,
+        "skipped": skipped,
+    }
+    return facts_of(data, src, gpus, numa_nodes, sources=sources, warnings=warnings)
 
+
+def collect(sysfs_root, numa_nodes, *, nvidia_smi_path, runner, nvml_loader, source):
+    """(data, src, skipped): what the first source that shows GPUs collected (collect_nvml or collect_nvidia_smi;
+    None where none did), its name, and why each source tried before it gave nothing."""
+    skipped = []
     if source in ("auto", "nvml"):
         try:
             nvml = nvml_loader()
@@ -182,14 +209,11 @@ def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_p
             skipped.append(f"nvml: pynvml not importable ({_nvml_error(exc)})")
         else:
             try:
-                data = collect_nvml(
-                    nvml, n_cpus=cpu_count(sysfs_root), n_nodes=max([n["id"] for n in numa_nodes] + [63]) + 1
-                )
-                src = "nvml"
+                n_nodes = max([n["id"] for n in numa_nodes] + [63]) + 1
+                return collect_nvml(nvml, n_cpus=cpu_count(sysfs_root), n_nodes=n_nodes), "nvml", skipped
             except NoGpu as exc:
                 skipped.append(f"nvml: {exc}")
-
-    if data is None and source in ("auto", "nvidia-smi"):
+    if source in ("auto", "nvidia-smi"):
         path = nvidia_smi_path or find_nvidia_smi(dirs=NVIDIA_SMI_DIRS)
         if not path:
             skipped.append(f"nvidia-smi: not found on PATH or in {', '.join(NVIDIA_SMI_DIRS)}")
@@ -197,98 +221,100 @@ def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_p
             raise TypeError("gather(): runner= (argv -> (rc, stdout, stderr)) is needed to run nvidia-smi")
         else:
             try:
-                data = collect_nvidia_smi(runner, path)
-                src = "nvidia-smi"
+                return collect_nvidia_smi(runner, path), "nvidia-smi", skipped
             except NoGpu as exc:
                 skipped.append(f"nvidia-smi: {exc}")
+    return None, None, skipped
 
-    if data is None:
-        return empty_facts(
-            "no GPU found: " + "; ".join(skipped) if skipped else "no GPU source asked", numa_nodes, skipped
-        )
 
-    warnings = list(data["warnings"])
-    numa_src, cpu_src = set(), set()
-    gpus = []
+def _tool_names(src):
+    """(the tool's words in a warning, its name as a source) of SRC (nvml or nvidia-smi)."""
+    return ("NVML", "nvml") if src == "nvml" else ("nvidia-smi topo -m", "nvidia-smi")
+
+
+def locate_numa(raw, pci, src, label):
+    """(NUMA node, its sources, warnings) of one GPU: sysfs's numa_node, else the tool's single NUMA affinity, else
+    unknown (None), each disagreement or gap said in a warning naming LABEL."""
+    tool, tool_src = _tool_names(src)
+    tool_numa = raw.get("_numa_affinity")
+    tool_single = tool_numa[0] if tool_numa and len(tool_numa) == 1 else None
+    if pci["numa_node"] is not None:
+        numa = pci["numa_node"]
+        if tool_single is not None and tool_single != numa:
+            return numa, {"sysfs"}, [f"{label}: sysfs numa_node is {numa} but {tool} says {tool_single}; using sysfs"]
+        return numa, {"sysfs"}, []
+    if tool_single is not None:
+        warnings = []
+        if pci["raw_numa_node"] is not None:
+            warnings.append(
+                f"{label}: sysfs numa_node is {pci['raw_numa_node']}; using NUMA node {tool_single} reported by {tool}"
+            )
+        return tool_single, {tool_src}, warnings
+    why = []
+    if pci["raw_numa_node"] is not None:
+        why.append("sysfs numa_node is {} (common in VMs)".format(pci["raw_numa_node"]))
+    elif raw["pci_bus_id"]:
+        why.append("no sysfs numa_node")
+    why.append(f"{tool} gives nodes {format_cpulist(tool_numa)}" if tool_numa else f"{tool} gives no NUMA affinity")
+    return None, set(), [f"{label}: NUMA node unknown ({', '.join(why)}); locality falls back to its CPU affinity"]
+
+
+def locate_cpus(raw, pci, numa, numa_nodes, *, src, label):
+    """(CPUs, their sources, warnings) of one GPU: the tool's CPU affinity, else sysfs's local_cpus, else its NUMA
+    node's CPUs, else none (a warning naming LABEL); and a warning where its NUMA node is not one sysfs lists."""
+    tool_src = _tool_names(src)[1]
     node_ids = {n["id"] for n in numa_nodes}
     node_cpus = {n["id"]: n["cpus"] for n in numa_nodes}
-    tool = "NVML" if src == "nvml" else "nvidia-smi topo -m"
-    tool_src = "nvml" if src == "nvml" else "nvidia-smi"
-    for raw in sorted(data["gpus"], key=lambda g: g["index"]):
-        pci = read_pci_locality(sysfs_root, raw["pci_bus_id"])
-        tool_numa = raw.get("_numa_affinity")
-        tool_single = tool_numa[0] if tool_numa and len(tool_numa) == 1 else None
-        label = f"GPU {raw['index']} ({raw['pci_bus_id'] or 'bus id unknown'})"
-        numa = None
-        if pci["numa_node"] is not None:
-            numa = pci["numa_node"]
-            numa_src.add("sysfs")
-            if tool_single is not None and tool_single != numa:
-                warnings.append(f"{label}: sysfs numa_node is {numa} but {tool} says {tool_single}; using sysfs")
-        elif tool_single is not None:
-            numa = tool_single
-            numa_src.add(tool_src)
-            if pci["raw_numa_node"] is not None:
-                warnings.append(
-                    f"{label}: sysfs numa_node is {pci['raw_numa_node']}; using NUMA node {numa} reported by {tool}"
-                )
-        else:
-            why = []
-            if pci["raw_numa_node"] is not None:
-                why.append("sysfs numa_node is {} (common in VMs)".format(pci["raw_numa_node"]))
-            elif raw["pci_bus_id"]:
-                why.append("no sysfs numa_node")
-            if tool_numa:
-                why.append(f"{tool} gives nodes {format_cpulist(tool_numa)}")
-            else:
-                why.append(f"{tool} gives no NUMA affinity")
-            warnings.append(f"{label}: NUMA node unknown ({', '.join(why)}); locality falls back to its CPU affinity")
+    warnings = []
+    if raw.get("_cpu_affinity"):
+        cpus, found = raw["_cpu_affinity"], {tool_src}
+    elif pci["local_cpus"]:
+        cpus, found = pci["local_cpus"], {"sysfs"}
+    elif numa is not None and node_cpus.get(numa):
+        cpus, found = node_cpus[numa], {"sysfs"}
+    else:
+        cpus, found = [], set()
+        warnings.append(f"{label}: CPU affinity unknown")
+    if numa is not None and node_ids and numa not in node_ids:
+        warnings.append(f"{label}: NUMA node {numa} is not among sysfs nodes {format_cpulist(node_ids)}")
+    return list(cpus), found, warnings
 
-        cpus = raw.get("_cpu_affinity")
-        if cpus:
-            cpu_src.add(tool_src)
-        elif pci["local_cpus"]:
-            cpus = pci["local_cpus"]
-            cpu_src.add("sysfs")
-        elif numa is not None and node_cpus.get(numa):
-            cpus = node_cpus[numa]
-            cpu_src.add("sysfs")
-        else:
-            cpus = []
-            warnings.append(f"{label}: CPU affinity unknown")
-        if numa is not None and node_ids and numa not in node_ids:
-            warnings.append(f"{label}: NUMA node {numa} is not among sysfs nodes {format_cpulist(node_ids)}")
-        gpus.append(
-            {
-                "index": raw["index"],
-                "uuid": raw["uuid"],
-                "name": raw["name"],
-                "pci_bus_id": raw["pci_bus_id"],
-                "memory_total_mib": raw["memory_total_mib"],
-                "compute_capability": raw["compute_capability"],
-                "numa_node": numa,
-                "cpu_affinity": list(cpus),
-            }
-        )
 
-    nodes_src = ["sysfs"] if numa_nodes else []
-    if not numa_nodes:
-        derived = {}
-        for gpu in gpus:
-            if gpu["numa_node"] is not None:
-                derived.setdefault(gpu["numa_node"], set()).update(gpu["cpu_affinity"])
-        numa_nodes = [{"id": n, "cpus": sorted(c)} for n, c in sorted(derived.items())]
-        if numa_nodes:
-            nodes_src = ["gpu affinity"]
-            node_dir = os.path.join(sysfs_root, "sys/devices/system/node")
-            warnings.append(f"no NUMA nodes in sysfs ({node_dir}): nodes derived from the GPUs' affinity")
+def gpu_fact(raw, sysfs_root, numa_nodes, src):
+    """(the GPU's fact, the sources of its NUMA node, those of its CPU affinity, warnings) of one collected GPU RAW,
+    its PCI locality read from sysfs."""
+    pci = read_pci_locality(sysfs_root, raw["pci_bus_id"])
+    label = f"GPU {raw['index']} ({raw['pci_bus_id'] or 'bus id unknown'})"
+    numa, numa_src, numa_warnings = locate_numa(raw, pci, src, label)
+    cpus, cpu_src, cpu_warnings = locate_cpus(raw, pci, numa, numa_nodes, src=src, label=label)
+    keys = ("index", "uuid", "name", "pci_bus_id", "memory_total_mib", "compute_capability")
+    gpu = {**{key: raw[key] for key in keys}, "numa_node": numa, "cpu_affinity": cpus}
+    return gpu, numa_src, cpu_src, numa_warnings + cpu_warnings
 
+
+def derived_numa_nodes(gpus, sysfs_root):
+    """(nodes, their sources, warnings) where sysfs lists no NUMA node: the nodes the GPUs' NUMA nodes and CPU
+    affinity make, said in a warning; none where no GPU knows its node."""
+    derived = {}
+    for gpu in gpus:
+        if gpu["numa_node"] is not None:
+            derived.setdefault(gpu["numa_node"], set()).update(gpu["cpu_affinity"])
+    nodes = [{"id": n, "cpus": sorted(c)} for n, c in sorted(derived.items())]
+    if not nodes:
+        return [], [], []
+    node_dir = os.path.join(sysfs_root, "sys/devices/system/node")
+    return nodes, ["gpu affinity"], [f"no NUMA nodes in sysfs ({node_dir}): nodes derived from the GPUs' affinity"]
+
+
+def facts_of(data, src, gpus, numa_nodes, *, sources, warnings):
+    """The facts of the GPUs, their links and P2P matrices (keyed by GPU index) and where each came from. SOURCES:
+    {numa_node, cpu_affinity: sets of sources, numa_nodes, skipped}."""
     indices = [g["index"] for g in gpus]
     links = _keyed(data["links"], indices)
     p2p = _keyed(data["p2p"], indices)
     p2p_pairs = pair_status(data["p2p"], data.get("p2p_write") or {}, indices)
     if len(indices) > 1 and not links:
-        warnings.append("GPU-to-GPU links unknown: placement cannot prefer tighter links")
+        warnings = [*warnings, "GPU-to-GPU links unknown: placement cannot prefer tighter links"]
     order = ["sysfs", "nvml", "nvidia-smi"]
     return {
         "gpus": gpus,
@@ -301,10 +327,10 @@ def gather(sysfs_root="/", nvidia_smi_path=None, runner=None, nvml_loader=load_p
             "links": [src] if links else [],
             "p2p": [src] if p2p else [],
             "p2p_pairs": [src] if p2p_pairs else [],
-            "numa_node": [s for s in order if s in numa_src],
-            "cpu_affinity": [s for s in order if s in cpu_src],
-            "numa_nodes": nodes_src,
-            "skipped": skipped,
+            "numa_node": [s for s in order if s in sources["numa_node"]],
+            "cpu_affinity": [s for s in order if s in sources["cpu_affinity"]],
+            "numa_nodes": sources["numa_nodes"],
+            "skipped": sources["skipped"],
         },
         "warnings": warnings,
         "reason": None,

@@ -97,7 +97,10 @@ def _nvml_error(exc):
 
 
 def collect_nvml(nvml, n_cpus=64, n_nodes=64):
-    """Ask NVML. Returns a partial topology (gpus with affinity, links, p2p) or raises NoGpu."""
+    """Ask NVML. Returns a partial topology (gpus with affinity, links, p2p) or raises NoGpu.
+
+    The steps: nvml_gpu (each GPU and its affinity), nvlink_counts (NVLinks to a peer and to a switch), and
+    nvml_matrices (the link, P2P read and P2P write matrices)."""
     try:
         nvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
@@ -107,102 +110,10 @@ def collect_nvml(nvml, n_cpus=64, n_nodes=64):
         if not count:
             raise NoGpu("NVML reports no GPU")
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        gpus = []
-        cpu_words = max(1, (n_cpus + 63) // 64)
-        node_words = max(1, (n_nodes + 63) // 64)
-        for i, h in enumerate(handles):
-            pci = nvml.nvmlDeviceGetPciInfo(h)
-            gpu = {
-                "index": i,
-                "uuid": _s(nvml.nvmlDeviceGetUUID(h)),
-                "name": _s(nvml.nvmlDeviceGetName(h)),
-                "pci_bus_id": normalize_bus_id(_s(pci.busId)),
-                "memory_total_mib": int(nvml.nvmlDeviceGetMemoryInfo(h).total) // (1024 * 1024),
-                "compute_capability": None,
-                "_cpu_affinity": None,
-                "_numa_affinity": None,
-            }
-            try:
-                major, minor = nvml.nvmlDeviceGetCudaComputeCapability(h)
-                gpu["compute_capability"] = f"{major}.{minor}"
-            except Exception:
-                pass
-            try:
-                gpu["_cpu_affinity"] = _bits(nvml.nvmlDeviceGetCpuAffinity(h, cpu_words)) or None
-            except Exception:
-                pass
-            try:
-                gpu["_numa_affinity"] = _bits(nvml.nvmlDeviceGetMemoryAffinity(h, node_words, 0)) or None
-            except Exception:
-                pass
-            gpus.append(gpu)
-
-        # NVLink: links to a peer GPU count directly; links to an NVSwitch (or to a device this
-        # host cannot see) are switch links, shared by every GPU that reaches the fabric.
-        bus_to_index = {g["pci_bus_id"]: g["index"] for g in gpus}
-        direct = {g["index"]: {} for g in gpus}
-        switch = {g["index"]: 0 for g in gpus}
-        max_links = getattr(nvml, "NVML_NVLINK_MAX_LINKS", NVML_LINK_SCAN)
-        for i, h in enumerate(handles):
-            for link in range(min(int(max_links), NVML_MAX_LINKS)):
-                try:
-                    if not nvml.nvmlDeviceGetNvLinkState(h, link):
-                        continue
-                except Exception:  # no such link on this GPU
-                    continue
-                try:
-                    remote = normalize_bus_id(_s(nvml.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId))
-                except Exception:  # an active link whose far end this host cannot name
-                    remote = None
-                peer = bus_to_index.get(remote)
-                rtype = None
-                try:
-                    rtype = nvml.nvmlDeviceGetNvLinkRemoteDeviceType(h, link)
-                except Exception:
-                    pass
-                if peer is not None and peer != i and rtype in (None, 0):
-                    direct[i][peer] = direct[i].get(peer, 0) + 1
-                else:
-                    switch[i] += 1
-
-        links, p2p, p2p_write = {}, {}, {}
-        for i, hi in enumerate(handles):
-            links[i], p2p[i], p2p_write[i] = {}, {}, {}
-            for j, hj in enumerate(handles):
-                if i == j:
-                    links[i][j] = "X"
-                    p2p[i][j] = "X"
-                    p2p_write[i][j] = "X"
-                    continue
-                nv = direct[i].get(j) or direct[j].get(i) or 0
-                if not nv and switch[i] and switch[j]:
-                    try:
-                        if nvml.nvmlDeviceGetP2PStatus(hi, hj, 2) == 0:  # NVML_P2P_CAPS_INDEX_NVLINK
-                            nv = min(switch[i], switch[j])
-                    except Exception:
-                        nv = min(switch[i], switch[j])
-                if nv:
-                    links[i][j] = f"NV{nv}"
-                else:
-                    try:
-                        level = nvml.nvmlDeviceGetTopologyCommonAncestor(hi, hj)
-                        links[i][j] = NVML_LEVELS.get(int(level), "SYS")
-                    except Exception:
-                        links[i][j] = None
-                try:
-                    p2p[i][j] = NVML_P2P.get(int(nvml.nvmlDeviceGetP2PStatus(hi, hj, 0)), "U")  # READ
-                except Exception:
-                    p2p[i][j] = None
-                try:
-                    p2p_write[i][j] = NVML_P2P.get(int(nvml.nvmlDeviceGetP2PStatus(hi, hj, 1)), "U")  # WRITE
-                except Exception:
-                    p2p_write[i][j] = None
-        if any(v is None for row in links.values() for v in row.values()):
-            links = {i: {j: v for j, v in row.items() if v is not None} for i, row in links.items()}
-        if any(v is None for row in p2p.values() for v in row.values()):
-            p2p = {}
-        if any(v is None for row in p2p_write.values() for v in row.values()):
-            p2p_write = {}
+        words = (max(1, (n_cpus + 63) // 64), max(1, (n_nodes + 63) // 64))
+        gpus = [nvml_gpu(nvml, i, h, *words) for i, h in enumerate(handles)]
+        direct, switch = nvlink_counts(nvml, handles, gpus)
+        links, p2p, p2p_write = nvml_matrices(nvml, handles, direct, switch)
         return {"gpus": gpus, "links": links, "p2p": p2p, "p2p_write": p2p_write, "warnings": []}
     except NoGpu:
         raise
@@ -213,3 +124,99 @@ def collect_nvml(nvml, n_cpus=64, n_nodes=64):
             nvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def _optional(call):
+    """CALL's value, or None where NVML cannot answer it (an older driver, a GPU without the feature)."""
+    try:
+        return call()
+    except Exception:
+        return None
+
+
+def nvml_gpu(nvml, index, handle, cpu_words, node_words):
+    """One GPU as NVML describes it: identity, memory, compute capability and its CPU and NUMA affinity (None where
+    NVML cannot say)."""
+    pci = nvml.nvmlDeviceGetPciInfo(handle)
+    gpu = {
+        "index": index,
+        "uuid": _s(nvml.nvmlDeviceGetUUID(handle)),
+        "name": _s(nvml.nvmlDeviceGetName(handle)),
+        "pci_bus_id": normalize_bus_id(_s(pci.busId)),
+        "memory_total_mib": int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024),
+    }
+    gpu["compute_capability"] = _optional(lambda: "{}.{}".format(*nvml.nvmlDeviceGetCudaComputeCapability(handle)))
+    gpu["_cpu_affinity"] = _optional(lambda: _bits(nvml.nvmlDeviceGetCpuAffinity(handle, cpu_words)) or None)
+    gpu["_numa_affinity"] = _optional(lambda: _bits(nvml.nvmlDeviceGetMemoryAffinity(handle, node_words, 0)) or None)
+    return gpu
+
+
+def nvlink_counts(nvml, handles, gpus):
+    """({GPU: {peer GPU: NVLinks}}, {GPU: NVLinks to a switch}) of the active NVLinks. Links to a peer GPU count
+    directly; links to an NVSwitch (or to a device this host cannot see) are switch links, shared by every GPU that
+    reaches the fabric."""
+    bus_to_index = {g["pci_bus_id"]: g["index"] for g in gpus}
+    direct = {g["index"]: {} for g in gpus}
+    switch = {g["index"]: 0 for g in gpus}
+    max_links = getattr(nvml, "NVML_NVLINK_MAX_LINKS", NVML_LINK_SCAN)
+    for i, h in enumerate(handles):
+        for link in range(min(int(max_links), NVML_MAX_LINKS)):
+            try:
+                if not nvml.nvmlDeviceGetNvLinkState(h, link):
+                    continue
+            except Exception:  # no such link on this GPU
+                continue
+            try:
+                remote = normalize_bus_id(_s(nvml.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId))
+            except Exception:  # an active link whose far end this host cannot name
+                remote = None
+            peer = bus_to_index.get(remote)
+            rtype = _optional(lambda h=h, link=link: nvml.nvmlDeviceGetNvLinkRemoteDeviceType(h, link))
+            if peer is not None and peer != i and rtype in (None, 0):
+                direct[i][peer] = direct[i].get(peer, 0) + 1
+            else:
+                switch[i] += 1
+    return direct, switch
+
+
+def _link(nvml, hi, hj, nv_links):
+    """The link of GPUs HI -> HJ as nvidia-smi topo -m writes it: NV<n> over NVLink, else the PCIe level of their
+    common ancestor (None where NVML cannot say)."""
+    if nv_links:
+        return f"NV{nv_links}"
+    return _optional(lambda: NVML_LEVELS.get(int(nvml.nvmlDeviceGetTopologyCommonAncestor(hi, hj)), "SYS"))
+
+
+def _p2p(nvml, hi, hj, index):
+    """NVML's P2P status of HI -> HJ for capability INDEX (0 read, 1 write) in nvidia-smi's words, None unknown."""
+    return _optional(lambda: NVML_P2P.get(int(nvml.nvmlDeviceGetP2PStatus(hi, hj, index)), "U"))
+
+
+def nvml_matrices(nvml, handles, direct, switch):
+    """(links, p2p read, p2p write) matrices {i: {j: value}} of the GPUs. Two GPUs on the NVLink fabric (both with
+    switch links) count the fewer of their switch links where NVML says P2P runs over NVLink. A link matrix with an
+    unknown cell drops those cells; a P2P matrix with one is dropped whole."""
+    links, p2p, p2p_write = {}, {}, {}
+    for i, hi in enumerate(handles):
+        links[i], p2p[i], p2p_write[i] = {}, {}, {}
+        for j, hj in enumerate(handles):
+            if i == j:
+                links[i][j] = p2p[i][j] = p2p_write[i][j] = "X"
+                continue
+            nv = direct[i].get(j) or direct[j].get(i) or 0
+            if not nv and switch[i] and switch[j]:
+                try:
+                    if nvml.nvmlDeviceGetP2PStatus(hi, hj, 2) == 0:  # NVML_P2P_CAPS_INDEX_NVLINK
+                        nv = min(switch[i], switch[j])
+                except Exception:
+                    nv = min(switch[i], switch[j])
+            links[i][j] = _link(nvml, hi, hj, nv)
+            p2p[i][j] = _p2p(nvml, hi, hj, 0)  # READ
+            p2p_write[i][j] = _p2p(nvml, hi, hj, 1)  # WRITE
+    if any(v is None for row in links.values() for v in row.values()):
+        links = {i: {j: v for j, v in row.items() if v is not None} for i, row in links.items()}
+    if any(v is None for row in p2p.values() for v in row.values()):
+        p2p = {}
+    if any(v is None for row in p2p_write.values() for v in row.values()):
+        p2p_write = {}
+    return links, p2p, p2p_write

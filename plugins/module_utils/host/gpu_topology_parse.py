@@ -158,73 +158,18 @@ def parse_topo_matrix(text):
     numa_affinity: {i: [node] or None}, columns: [names], affinity_columns: [names], warnings}.
     Survives tabs or spaces, NIC rows, the old format without NUMA columns, N/A, ranges,
     colour codes and cells merged by copy-paste (affinity cells are taken from the row's end).
+    The steps: topo_rows (the header and the GPU rows), topo_columns (the device and affinity columns of the
+    header), row_cells (a row's link and affinity cells), row_affinity (the affinity cells by column).
     """
-    lines = [strip_ansi(line).rstrip() for line in (text or "").splitlines()]
-    header = None
-    rows = []
-    for line in lines:
-        if line.strip().startswith("Legend") or line.strip().startswith("NIC Legend"):
-            break
-        tokens = line.split()
-        if not tokens:
-            continue
-        first = _split_merged([tokens[0]], _DEVICES_RUN_RE, _DEVICE_RE)
-        is_row = (
-            bool(_GPU_LABEL_RE.match(first[0]))
-            and len(first) == 1
-            and len(tokens) > 1
-            and (_is_link(tokens[1]) or bool(_LINK_PREFIX_RE.match(tokens[1])) or _LINKS_RUN_RE.fullmatch(tokens[1]))
-        )
-        if header is None and not is_row and (_DEVICE_RE.match(tokens[0]) or "Affinity" in line):
-            header = line
-            continue
-        if header is not None and is_row:
-            rows.append(tokens)
-    if header is None:
-        raise ValueError("no matrix header (GPU0 ...) in nvidia-smi topo -m output")
-
-    # Header: device columns, then the affinity columns that this driver prints.
-    positions = sorted((header.find(name), name) for name in _AFFINITY_COLUMNS if name in header)
-    affinity_columns = [name for _column, name in positions]
-    device_part = header[: positions[0][0]] if positions else header
-    columns = _split_merged(device_part.split(), _DEVICES_RUN_RE, _DEVICE_RE)
-
+    header, rows = topo_rows(text)
+    columns, affinity_columns = topo_columns(header)
     warnings = []
     gpus, links, cpu_aff, numa_aff = [], {}, {}, {}
-    k = len(affinity_columns)
     for tokens in rows:
         idx = int(_GPU_LABEL_RE.match(tokens[0]).group(1))
-        cells = []
-        for tok in tokens[1:]:
-            prefix = _LINK_PREFIX_RE.match(tok)
-            if _LINKS_RUN_RE.fullmatch(tok):
-                cells.extend(LINK_RE.findall(tok))
-            elif prefix and not _is_link(tok):
-                # 'SYS0-55,112-167': a link cell merged into the affinity cell after it
-                cells.extend(LINK_RE.findall(prefix.group(1)))
-                cells.append(prefix.group(2))
-            else:
-                cells.append(tok)
-        # trailing non-link cells are the affinity cells
-        cut = len(cells)
-        while cut > 0 and not _is_link(cells[cut - 1]):
-            cut -= 1
-        link_cells, aff_cells = cells[:cut], cells[cut:]
-        if len(aff_cells) != k:
-            names = ", ".join(affinity_columns) or "none"
-            warnings.append(
-                f"topo -m row GPU{idx}: {len(aff_cells)} affinity cells for {k} columns ({names});"
-                " read from the row's end"
-            )
-        aff = dict(_pairs(affinity_columns, aff_cells))
-        if k and len(aff_cells) != k and aff_cells:
-            # merged or missing cells: the CPU list is the first cell that looks like one
-            aff = {}
-            rest = list(aff_cells)
-            if "CPU Affinity" in affinity_columns and rest and (_CPULIST_RE.match(rest[0]) or rest[0] == "N/A"):
-                aff["CPU Affinity"] = rest.pop(0)
-            if "NUMA Affinity" in affinity_columns and rest:
-                aff["NUMA Affinity"] = rest.pop(0)
+        link_cells, aff_cells = row_cells(tokens[1:])
+        aff, aff_warnings = row_affinity(idx, aff_cells, affinity_columns)
+        warnings += aff_warnings
         if len(link_cells) != len(columns):
             warnings.append(
                 f"topo -m row GPU{idx}: {len(link_cells)} link cells for {len(columns)} columns;"
@@ -237,16 +182,12 @@ def parse_topo_matrix(text):
                 row_links[int(m.group(1))] = _norm_link(cell)
         gpus.append(idx)
         links[idx] = row_links
-        try:
-            cpu_aff[idx] = parse_cpulist(aff.get("CPU Affinity")) or None
-        except ValueError:
-            warnings.append(f"topo -m row GPU{idx}: CPU Affinity {aff.get('CPU Affinity')!r} is not a CPU list")
-            cpu_aff[idx] = None
-        try:
-            numa_aff[idx] = parse_cpulist(aff.get("NUMA Affinity")) or None
-        except ValueError:
-            warnings.append(f"topo -m row GPU{idx}: NUMA Affinity {aff.get('NUMA Affinity')!r} is not a node list")
-            numa_aff[idx] = None
+        for found, column, what in ((cpu_aff, "CPU Affinity", "CPU list"), (numa_aff, "NUMA Affinity", "node list")):
+            try:
+                found[idx] = parse_cpulist(aff.get(column)) or None
+            except ValueError:
+                warnings.append(f"topo -m row GPU{idx}: {column} {aff.get(column)!r} is not a {what}")
+                found[idx] = None
     if not gpus:
         raise ValueError("no GPU rows in nvidia-smi topo -m output")
     return {
@@ -258,6 +199,89 @@ def parse_topo_matrix(text):
         "affinity_columns": affinity_columns,
         "warnings": warnings,
     }
+
+
+def _is_row(line_tokens):
+    """Whether the tokens of a line make a GPU row: a GPU label, then a link cell (or one merged with others)."""
+    first = _split_merged([line_tokens[0]], _DEVICES_RUN_RE, _DEVICE_RE)
+    second = line_tokens[1] if len(line_tokens) > 1 else ""
+    return (
+        bool(_GPU_LABEL_RE.match(first[0]))
+        and len(first) == 1
+        and len(line_tokens) > 1
+        and (_is_link(second) or bool(_LINK_PREFIX_RE.match(second)) or bool(_LINKS_RUN_RE.fullmatch(second)))
+    )
+
+
+def topo_rows(text):
+    """(header line, [tokens of each GPU row]) of the matrix, up to its legend; ValueError without a header."""
+    header = None
+    rows = []
+    for line in (strip_ansi(raw).rstrip() for raw in (text or "").splitlines()):
+        if line.strip().startswith("Legend") or line.strip().startswith("NIC Legend"):
+            break
+        tokens = line.split()
+        if not tokens:
+            continue
+        is_row = _is_row(tokens)
+        if header is None and not is_row and (_DEVICE_RE.match(tokens[0]) or "Affinity" in line):
+            header = line
+            continue
+        if header is not None and is_row:
+            rows.append(tokens)
+    if header is None:
+        raise ValueError("no matrix header (GPU0 ...) in nvidia-smi topo -m output")
+    return header, rows
+
+
+def topo_columns(header):
+    """(device columns, affinity columns) of the header: the device columns, then the affinity columns that this
+    driver prints."""
+    positions = sorted((header.find(name), name) for name in _AFFINITY_COLUMNS if name in header)
+    affinity_columns = [name for _column, name in positions]
+    device_part = header[: positions[0][0]] if positions else header
+    return _split_merged(device_part.split(), _DEVICES_RUN_RE, _DEVICE_RE), affinity_columns
+
+
+def row_cells(tokens):
+    """(link cells, affinity cells) of a row's tokens after its label: merged cells split, the trailing non-link
+    cells the affinity cells."""
+    cells = []
+    for tok in tokens:
+        prefix = _LINK_PREFIX_RE.match(tok)
+        if _LINKS_RUN_RE.fullmatch(tok):
+            cells.extend(LINK_RE.findall(tok))
+        elif prefix and not _is_link(tok):
+            # 'SYS0-55,112-167': a link cell merged into the affinity cell after it
+            cells.extend(LINK_RE.findall(prefix.group(1)))
+            cells.append(prefix.group(2))
+        else:
+            cells.append(tok)
+    cut = len(cells)
+    while cut > 0 and not _is_link(cells[cut - 1]):
+        cut -= 1
+    return cells[:cut], cells[cut:]
+
+
+def row_affinity(idx, aff_cells, affinity_columns):
+    """({column: cell}, warnings) of GPU IDX's affinity cells, read from the row's end; where cells are merged or
+    missing, the CPU list is the first cell that looks like one, the NUMA nodes the next."""
+    k = len(affinity_columns)
+    warnings = []
+    if len(aff_cells) != k:
+        names = ", ".join(affinity_columns) or "none"
+        warnings.append(
+            f"topo -m row GPU{idx}: {len(aff_cells)} affinity cells for {k} columns ({names}); read from the row's end"
+        )
+    aff = dict(_pairs(affinity_columns, aff_cells))
+    if k and len(aff_cells) != k and aff_cells:
+        aff = {}
+        rest = list(aff_cells)
+        if "CPU Affinity" in affinity_columns and rest and (_CPULIST_RE.match(rest[0]) or rest[0] == "N/A"):
+            aff["CPU Affinity"] = rest.pop(0)
+        if "NUMA Affinity" in affinity_columns and rest:
+            aff["NUMA Affinity"] = rest.pop(0)
+    return aff, warnings
 
 
 def parse_p2p(text):

@@ -11,8 +11,8 @@ import json
 import os
 import re
 
+from ansible_collections.disagg.sglang.plugins.module_utils.host import address_probes
 from ansible_collections.disagg.sglang.plugins.module_utils.model import staging
-from ansible_collections.disagg.sglang.plugins.module_utils.plan import cluster_rules
 
 
 def paths(found_paths):
@@ -101,7 +101,7 @@ def look(
     {variable: path}; RECORD_DIR the records' directory (None: not read); BIND addresses -> {address: 'ok' or why
     not}; EXISTS paths -> {path: whether it exists} (no rule reads these: the venv's python, to pick where flags are
     checked); MODEL_DIR the model directory whose files to check (model(); None: not read)."""
-    outcome = bind_outcome or cluster_rules.bind_outcome
+    outcome = bind_outcome or address_probes.bind_outcome
     return {
         "exists": {path: os.path.exists(path) for path in exists or ()},
         "paths": paths(found_paths),

@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""The run-time host settings a run changes itself when sglang_host_apply lists them (issue 41): the kernel values
+"""The run-time host settings a run changes itself when sglang_host_apply lists them: the kernel values
 written now, under a host root, and the files that set them again at boot.
 
 What belongs here: the table SETTINGS (each item's live files, value and boot-time file) and the pure plan of the

@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Reads a GPU host's readiness facts (issue 41): the files under a host root and `nvidia-smi -q`, parsed by
+"""Reads a GPU host's readiness facts: the files under a host root and `nvidia-smi -q`, parsed by
 readiness.py. Reads only: nothing here writes or changes anything on the host.
 
 The root is the host's `/` (the same root as gpu_topology's sysfs_root: the sandbox keeps a fake one under

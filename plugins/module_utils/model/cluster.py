@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Once per cluster from outside (issue 40): which worker host fetches a revision from its source, which copy it
+"""Once per cluster from outside: which worker host fetches a revision from its source, which copy it
 from that host, and the run's report of the bytes. Pure functions over what each host's preflight found
 (roles/sglang/tasks/model_preflight.yml: model_stage in check mode, {fetched, bytes_fetched}).
 

@@ -1,7 +1,7 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
 """A host that holds a verified revision serves it to the other hosts of its cluster, for the duration of the stage
-(issue 40: one copy from outside per cluster; the others copy from a peer and verify again).
+(one copy from outside per cluster; the others copy from a peer and verify again).
 
     server(directory, address, port)   a threaded HTTP server of the staged directory: GET and HEAD of the files its
                                        stamp's manifest names and of the stamp itself, nothing else (no listing, no

@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""The model source of an inventory (issue 40) and the directories it is staged into. Pure functions.
+"""The model source of an inventory and the directories it is staged into. Pure functions.
 
     problems(source)                  messages naming sglang_model_source's key and the fix; [] when it is good
     kind(source)                      'hub', 'mirror' or None (the directory is managed outside)

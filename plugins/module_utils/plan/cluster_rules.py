@@ -1,77 +1,44 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Rules of a deployment over several hosts: worker API keys, advertise addresses and reachability.
+"""Rules of a deployment over several hosts: worker API keys, advertise addresses, reachability and the retire check.
 
-Pure functions returning messages (each names the variable and the fix), plus the two socket probes the
-address_check module runs on a host (`bind_outcome`, `connect_outcome`), with the socket calls injectable so
-the tables in tests/unit/test_cluster_rules.py run without a network.
+Pure functions returning messages (each names the variable and the fix). The socket probes whose outcomes they word
+run on the hosts (host/address_probes.py); tests/unit/test_cluster_rules.py holds the tables.
 """
 
-import errno
-import socket
+from ansible_collections.disagg.sglang.plugins.module_utils.host.address_probes import REACHABLE
 
 
-def worker_api_key_problems(worker_key, router_key):
+def worker_api_key_problems(worker_key, router_key, hosts=None):
     """The workers' key must be the router's: sglang-router 0.3.2 presents its --api-key to the workers for its
-    own calls (registration, health) and passes each client's Authorization header through to them."""
+    own calls (registration, health) and passes each client's Authorization header through to them. HOSTS: where
+    WORKER_KEY is set (named in the message; None names none)."""
     worker_key = "" if worker_key is None else str(worker_key)
     router_key = "" if router_key is None else str(router_key)
     if not worker_key or worker_key == router_key:
         return []
+    where = f" (on {', '.join(hosts)})" if hosts else ""
     if not router_key:
         return [
-            "sglang_worker_api_key is set but sglang_router_api_key is empty: the router could not register the "
-            "workers (they refuse it without the key). Set sglang_router_api_key (ansible-vault) to the same value"
+            f"sglang_worker_api_key is set{where} but sglang_router_api_key is empty: the router could not register "
+            "the workers (they refuse it without the key). Set sglang_router_api_key (ansible-vault) to the same value"
         ]
     return [
-        "sglang_worker_api_key differs from sglang_router_api_key: sglang-router 0.3.2 passes each client's "
+        f"sglang_worker_api_key differs from sglang_router_api_key{where}: sglang-router 0.3.2 passes each client's "
         "Authorization header through to the workers, so every request would be refused. Give both the same "
         "vaulted value (or leave sglang_worker_api_key empty)"
     ]
 
 
-# Outcomes of a TCP connect from the router host to a worker's address. Before the first run nothing listens,
-# so "refused" (the host answered) counts as reachable; a timeout or no route means a firewall or a wrong address.
-REACHABLE = ("open", "refused")
-
-
-def connect_outcome(host, port, timeout=3.0, connect=None):
-    """'open', 'refused', 'timeout', 'unreachable' or 'unresolved: ...' for a TCP connect to host:port."""
-    if connect is None:
-        connect = socket.create_connection
-    try:
-        conn = connect((host, int(port)), timeout)
-    except socket.gaierror as exc:
-        return f"unresolved: {exc.strerror or exc}"
-    except ConnectionRefusedError:
-        return "refused"
-    except TimeoutError:
-        return "timeout"
-    except OSError as exc:
-        if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN):
-            return "unreachable"
-        return f"unreachable: {exc.strerror or exc}"
-    conn.close()
-    return "open"
-
-
-def bind_outcome(address, bind=None):
-    """'ok' when a listener can bind ADDRESS on this host (it is one of its own addresses), else why not."""
-    try:
-        infos = socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        return f"unresolved: {exc.strerror or exc}"
-    family, _unused, _unused2, _unused3, sockaddr = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        (bind or sock.bind)((sockaddr[0], 0))
-    except OSError as exc:
-        if exc.errno == errno.EADDRNOTAVAIL:
-            return f"not an address of this host ({sockaddr[0]})"
-        return f"cannot bind: {exc.strerror or exc}"
-    finally:
-        sock.close()
-    return "ok"
+def deployment_api_key_problems(worker_keys, router_key):
+    """The key of every host that uses sglang_worker_api_key against the router host's sglang_router_api_key, each
+    read where it is used: WORKER_KEYS {host: sglang_worker_api_key} of the router host (its router registers the
+    workers with it) and of each worker host (its workers refuse a request without it). One message per distinct key
+    that is not the router's, naming its hosts."""
+    by_key = {}
+    for host, key in (worker_keys or {}).items():
+        by_key.setdefault("" if key is None else str(key), []).append(str(host))
+    return [m for key, hosts in by_key.items() for m in worker_api_key_problems(key, router_key, sorted(hosts))]
 
 
 def bind_problems(host, outcomes):
@@ -126,3 +93,20 @@ def deployment_bind_problems(worker_specs, bind_outcomes):
 
 # Addresses every host has: the bind check leaves them out.
 UNCHECKED_BIND = ("0.0.0.0", "::", "127.0.0.1", "localhost")
+
+
+def retire_problems(retired, totals, retire_roles):
+    """Refuses a run that would retire every instance of a role (the deployment would stop serving) unless
+    sglang_retire_roles names the role. retired: the records to retire, of every host; totals: planned instances per
+    role of the deployment."""
+    problems = []
+    for role in ("prefill", "decode"):
+        going = [r for r in retired if r.get("role") == role]
+        if going and not totals.get(role) and role not in (retire_roles or []):
+            names = ", ".join(f"{r.get('unit')}@{r.get('host')}" for r in going)
+            problems.append(
+                f"the inventory plans no {role} instance, and the run would retire every deployed one ({names}): "
+                f"the deployment would stop serving. Give sglang_{role}_instances an instance again, or set "
+                f"sglang_retire_roles: [{role}] to remove them all on purpose"
+            )
+    return problems

@@ -1,14 +1,17 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""The tested (router, engine, NIXL) combinations (issue 39), as data in one place, and the rule that refuses a plan
+"""The tested (router, engine, NIXL) combinations, as data in one place, and the rule that refuses a plan
 outside them.
 
 Router and engine versions are coupled (field-2026-12.md, "PD operational pain points" 7: SMG's servicer broke on
 sglang 0.5.13, 0.5.16 and 0.5.18; metric and field names drift between versions), and NIXL is the KV path between
 prefill and decode. A deployment runs the router of sglang_router_impl at the version sglang_deps_router_packages pins,
 the engine each worker spec names (its "engine": the package of sglang_server_module at its == pin,
-deps/venvs.engine_of) and the NIXL that sglang_deps_packages_nodeps (or sglang_deps_packages) pins. A combination no
-row of TESTED holds is refused, naming it and sglang_router_allow_untested_combination, which runs it knowingly.
+deps/venvs.engine_of) and the NIXL that sglang_deps_packages_nodeps (or sglang_deps_packages) pins. Each is judged
+where it runs: the router's version as its router host's lists pin it, each worker's engine and NIXL as its worker
+host's lists pin them (the worker spec's "engine" and "nixl"), so a router host that installs no engine and no NIXL
+names neither. A combination no row of TESTED holds is refused, naming it and
+sglang_router_allow_untested_combination, which runs it knowingly.
 
 Each row: every router of `routers` with every engine of `engines` and every NIXL of `nixl` is tested, with the
 evidence. tests/unit/test_compat_rules.py checks that every inventory this repository ships, and the sandbox's
@@ -71,16 +74,22 @@ def tested(router, engine, nixl, table=TESTED):
                for row in table)  # fmt: skip
 
 
-def combination_problems(router, engines, nixl, allow=False, table=TESTED):
+def pairs(engines, nixl=None):
+    """The distinct (engine, NIXL) pairs of the workers, sorted: ENGINES holds each worker's engine "dist version"
+    (run with NIXL) or its (engine, nixl) pair, as its worker host pins them."""
+    return sorted({(e, nixl) if isinstance(e, str) else (e[0], e[1]) for e in engines or []})
+
+
+def combination_problems(router, engines, nixl=None, allow=False, table=TESTED):
     """The deployment's combinations outside TABLE, one message naming them all, unless ALLOW
     (sglang_router_allow_untested_combination). ROUTER: "dist version" of the router (pinned); ENGINES: the
-    "dist version" of each worker's engine; NIXL: "nixl version" (pinned)."""
+    "dist version" of each worker's engine, each with NIXL ("nixl version"), or each worker's (engine, nixl) pair."""
     if allow is True:
         return []
-    outside = [e for e in sorted(set(engines or [])) if not tested(router, e, nixl, table)]
+    outside = [(e, n) for e, n in pairs(engines, nixl) if not tested(router, e, n, table)]
     if not outside:
         return []
-    combos = "; ".join(f"router {router}, engine {e}, {nixl}" for e in outside)
+    combos = "; ".join(f"router {router}, engine {e}, {n}" for e, n in outside)
     rows = "; ".join(
         f"{' or '.join(row['routers'])} with {' or '.join(row['engines'])} and nixl {' or '.join(row['nixl'])}"
         for row in table
@@ -93,7 +102,7 @@ def combination_problems(router, engines, nixl, allow=False, table=TESTED):
     ]
 
 
-def untested_warnings(router, engines, nixl, allow, table=TESTED):
+def untested_warnings(router, engines, nixl=None, allow=False, table=TESTED):
     """What a run that allows an untested combination says instead of refusing it."""
     if allow is not True:
         return []

@@ -1,12 +1,14 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Preflight rules for the KV cache path between prefill and decode (issue 13). Pure functions that
-return messages; each names the GPUs or the variable, what it means for the KV transfer, and the fix.
+"""Preflight rules for the KV cache path between prefill and decode. Pure functions that return messages; each
+names the GPUs or the variable, what it means for the KV transfer, and the fix.
 
   p2p_problems(p2p_pairs, prefill_gpus, decode_gpus)  a prefill GPU that cannot write a decode GPU's
                                                       memory peer-to-peer (gpu_topology's p2p_pairs)
   transport_env_problems(flags, env, role)            worker settings that push NIXL off GPU peer-to-peer
                                                       or that NIXL ignores
+  kv_mismatches(contracts, keys)                      the KV contract flags on which prefill and decode of the
+                                                      deployment disagree (plan.pd_problems words them)
 
 The numbers in the messages were measured on a lent 2x H200 (NV18), nixl 1.5.1 + nixl-cu13 1.5.1,
 two processes, 1 GiB VRAM->VRAM WRITE: 270 GB/s over cuda_ipc; 0.48 GB/s over tcp/lo with
@@ -131,3 +133,19 @@ def p2p_policy_problems(policy):
 
 
 __all__ = ["p2p_policy_problems", "p2p_problems", "transport_env_problems"]
+
+
+def kv_mismatches(contracts, keys):
+    """Messages for each KV contract flag on which the given worker contracts disagree (empty: all agree)."""
+    messages = []
+    for key in keys:
+        seen = {}
+        for contract in contracts:
+            where = f"{contract['unit']}@{contract.get('host', '?')}"
+            seen.setdefault(contract["values"].get(key), []).append(where)
+        if len(seen) > 1:
+            parts = "; ".join(
+                f"{value if value is not None else 'unset'} on {', '.join(units)}" for value, units in seen.items()
+            )
+            messages.append(f"--{key} differs between PD workers: {parts}")
+    return messages

@@ -7,8 +7,8 @@ Planned once per run, in the preflight play (roles/sglang/tasks/plan.yml), befor
     host_plan(inputs)            on each worker host: rules on the settings and instances, placement, the
                                  worker unit specs, rules on their flags -> {units, problems, placement}
     pd_problems(plans)           once: prefill and decode agree on what the KV handoff needs
-    router_plans(workers, inputs) on each router host: a router spec per router instance (sglang_router_instances;
-                                 router_plan each) from the worker specs -> {units, problems}
+    router_plans(workers, inputs) on each router host: a router spec per router instance from the worker specs
+                                 (router_plan.py) -> {units, problems}
 
 Apply (units.yml, wait.yml, the rolling step, the router's smoke request) reads these specs. What it decides
 itself is what only the hosts can tell: which unit files changed (the restart rule, rolling.restart_decision),
@@ -16,17 +16,9 @@ and what each host's records say was deployed before (units.record: the instance
 restart key, and, for a rollback, the health URL of the previous configuration).
 """
 
-from ansible_collections.disagg.sglang.plugins.module_utils.model import source
-from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
-    compat_rules,
-    kv_rules,
-    profile_rules,
-    readiness_rules,
-    router_rules,
-    rules,
-)
+from ansible_collections.disagg.sglang.plugins.module_utils.model import revision_rules, source
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import kv_rules, profile_rules, readiness_rules, rules
 from ansible_collections.disagg.sglang.plugins.module_utils.plan.pd_placement import PlacementError, place
-from ansible_collections.disagg.sglang.plugins.module_utils.router import lb as lb_plan
 from ansible_collections.disagg.sglang.plugins.module_utils.units import rolling, units
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
@@ -51,7 +43,8 @@ def settings_problems(inputs):
             "names them from the package lists; run disagg.sglang.site, or the sglang_deps role before this one"
         )
     problems += rules.health_wait_problems(s.get("health_timeout"), s.get("health_poll"))
-    problems += rules.drain_timeout_problems(s.get("drain_timeout"), s.get("stop_timeout"))
+    if inputs.get("roles"):  # the drain and sglang's stop after it happen where workers run, not on a router host
+        problems += rules.drain_timeout_problems(s.get("drain_timeout"), s.get("stop_timeout"))
     rw_paths = s.get("read_write_paths") if isinstance(s.get("read_write_paths"), list) else []
     model = s.get("model_path")
     more = {k: variables[k] for k in ("sglang_unit_dir", "sglang_deps_wheelhouse") if isinstance(variables.get(k), str)}
@@ -86,12 +79,14 @@ def settings_problems(inputs):
     return [p for i, p in enumerate(problems) if p not in problems[:i]]
 
 
-def _managed(inputs, specs):
+def managed_units(inputs, specs):
+    """The units of the collection on a host: SPECS' (its planned workers), its router units (the one of the older
+    variables, and every instance's, inputs' router_units)."""
     prefix = inputs["settings"].get("unit_prefix") or "sglang-"
     return {s["unit"] for s in specs} | {f"{prefix}router"} | set(inputs.get("router_units") or [])
 
 
-def _allowed_owners(inputs, managed):
+def allowed_owners(inputs, managed):
     """Units that may hold a planned port now: the collection's own, and those the run stops first."""
     conflicting = inputs.get("conflicting_units")
     names = {str(u).removesuffix(".service") for u in conflicting} if isinstance(conflicting, list) else set()
@@ -134,69 +129,101 @@ def host_plan(inputs):
       model:      why the model directory is not a model sglang can load (host_look's reading; None: not read),
     }
     Returns {units: [spec], placement: [slot], problems: [message], warnings: [message], retired: [record],
-    readiness: [finding]}; units is empty when problems is not. readiness: the host readiness findings not switched
-    off (readiness_rules.judge), each with its message (the KV probe names the p2p ones). retired: the deployed
-    workers of the host's roles the plan no longer has.
+    readiness: [finding]}; units is empty when problems is not. Each spec also names the NIXL its host's engine
+    venv pins (spec["nixl"], the settings' nixl), which the router's plan judges with the router's version.
+    readiness: the host readiness findings not switched off (readiness_rules.judge), each with its message (the KV
+    probe names the p2p ones). retired: the deployed workers of the host's roles the plan no longer has.
+
+    The steps, each a function of its own: input_problems (the settings, the profile, the instances, the host's
+    ports), place_instances (GPUs, NUMA node and CPUs), worker_specs (the specs and the rules on their flags),
+    host_findings (peer-to-peer and the host's readiness), port_owner_problems (units and programs holding a port).
     """
+    problems, warnings, instances = input_problems(inputs)
+    deployed = {k: v for k, v in (inputs.get("deployed") or {}).items() if isinstance(v, dict)}
+    if problems or not instances:  # no worker role here, or only empty lists (a scale-in): nothing to place
+        retired = [] if problems else rolling.retired(deployed, [], WORKER_ROLES)
+        return {"units": [], "placement": [], "problems": problems, "warnings": warnings, "retired": retired}
+    placement, problems = place_instances(inputs, instances)
+    if problems:
+        return {"units": [], "placement": [], "problems": problems, "warnings": [], "retired": []}
+    specs, problems = worker_specs(inputs, placement)
+    found_warnings, found_problems, readiness = host_findings(inputs, specs)
+    warnings += found_warnings
+    problems += found_problems
+    problems += port_owner_problems(inputs, specs, deployed)
+    retired = rolling.retired(deployed, [s["unit"] for s in specs], WORKER_ROLES)
+    return {"units": [] if problems else specs, "placement": placement, "problems": problems, "warnings": warnings,
+            "retired": [] if problems else retired, "readiness": readiness}  # fmt: skip
+
+
+def _instance_lists(roles):
+    """{role: [instance mapping]} of ROLES (host_plan's roles), leaving out what is not a mapping (rules name it)."""
+    return {
+        role: [i for i in role_inputs.get("instances") if isinstance(i, dict)]
+        for role, role_inputs in roles.items()
+        if isinstance(role_inputs.get("instances"), list)
+    }
+
+
+def input_problems(inputs):
+    """(problems, warnings, instances) of the host's inputs before anything is placed: the shared settings, the
+    profile, each role's instances, extra flags and environment, the host's worker ports, and the profile's flags
+    that would undo what the collection derives. WARNINGS: an empty instance list; INSTANCES: every role's instance
+    mappings (none: nothing to place)."""
     host = inputs["host"]
     problems = settings_problems(inputs)
-    profile = inputs.get("profile")
-    profile_name = inputs.get("profile_name", "?")
     roles = inputs.get("roles") or {}
-    if roles:
-        problems += profile_rules.profile_problems(profile, profile_name)
-    deployed = {k: v for k, v in (inputs.get("deployed") or {}).items() if isinstance(v, dict)}
-    empty = []
-    all_instances = []
+    if not roles:
+        return problems, [], []
+    profile, profile_name = inputs.get("profile"), inputs.get("profile_name", "?")
+    problems += profile_rules.profile_problems(profile, profile_name)
+    warnings = []
     for role, role_inputs in roles.items():
         instances = role_inputs.get("instances")
-        empty += rules.empty_role_warnings(host, role, instances)
+        warnings += rules.empty_role_warnings(host, role, instances)
         problems += rules.instance_problems(instances, role, inputs["settings"].get("unit_prefix") or "sglang-")
         problems += rules.flags_shape_problems(role_inputs.get("extra_flags"), f"sglang_{role}_extra_flags")
         problems += rules.derived_flag_problems(role_inputs.get("extra_flags"), f"sglang_{role}_extra_flags")
         problems += rules.env_problems(role_inputs.get("extra_env"), f"sglang_{role}_extra_env")
-        if isinstance(instances, list):
-            all_instances += [i for i in instances if isinstance(i, dict)]
-    if roles:
-        problems += rules.host_port_problems(host, all_instances)
-        problems += rules.privileged_port_problems(
-            host,
-            {
-                f"sglang_{role}_instances ({i.get('name')}).{key}": i[key]
-                for role, role_inputs in roles.items()
-                for i in (role_inputs.get("instances") if isinstance(role_inputs.get("instances"), list) else [])
-                if isinstance(i, dict)
-                for key in rules.WORKER_PORT_KEYS
-                if key in i
-            },
-            inputs["settings"].get("user"),
-        )
-        if isinstance(profile, dict):
-            for part, flags in (profile.get("flags") or {}).items() if isinstance(profile.get("flags"), dict) else []:
-                problems += rules.derived_flag_problems(flags, f"the profile {profile_name}: flags.{part}")
-    if problems or not all_instances:  # no worker role here, or only empty lists (a scale-in): nothing to place
-        retired = [] if problems else rolling.retired(deployed, [], ("prefill", "decode"))
-        return {"units": [], "placement": [], "problems": problems, "warnings": empty, "retired": retired}
+    by_role = _instance_lists(roles)
+    instances = [i for role_instances in by_role.values() for i in role_instances]
+    problems += rules.host_port_problems(host, instances)
+    ports = {
+        f"sglang_{role}_instances ({i.get('name')}).{key}": i[key]
+        for role, role_instances in by_role.items()
+        for i in role_instances
+        for key in rules.WORKER_PORT_KEYS
+        if key in i
+    }
+    problems += rules.privileged_port_problems(host, ports, inputs["settings"].get("user"))
+    if isinstance(profile, dict) and isinstance(profile.get("flags"), dict):
+        for part, flags in profile["flags"].items():
+            problems += rules.derived_flag_problems(flags, f"the profile {profile_name}: flags.{part}")
+    return problems, warnings, instances
 
+
+def place_instances(inputs, instances):
+    """(placement, problems): the GPUs, NUMA node and CPUs of each instance (pd_placement.place) on the host's
+    topology, or the one message saying why they do not fit."""
     try:
-        placement = place(inputs["topology"], all_instances, strict=bool(inputs.get("strict")))
+        return place(inputs["topology"], instances, strict=bool(inputs.get("strict"))), []
     except (PlacementError, TypeError) as exc:
         fix = ", or set sglang_topology_strict: false to accept an instance across NUMA nodes"
         n_gpus = len((inputs.get("topology") or {}).get("gpus") or [])
-        return {
-            "units": [],
-            "placement": [],
-            "problems": [
-                f"pd_placement: {exc}. Fix sglang_prefill_instances / sglang_decode_instances of {host} (tp, or "
-                f"explicit gpus that exist, do not overlap and match tp){fix if inputs.get('strict') else ''}. "
-                f"The host has {n_gpus} GPUs"
-            ],
-            "warnings": [],
-            "retired": [],
-        }
+        return [], [
+            f"pd_placement: {exc}. Fix sglang_prefill_instances / sglang_decode_instances of {inputs['host']} (tp, or "
+            f"explicit gpus that exist, do not overlap and match tp){fix if inputs.get('strict') else ''}. "
+            f"The host has {n_gpus} GPUs"
+        ]
 
-    specs = []
-    for role, role_inputs in roles.items():
+
+def worker_specs(inputs, placement):
+    """(specs, problems): the worker unit spec of each instance of the host's roles on PLACEMENT, each naming the
+    NIXL its host's engine venv pins, and the rules on their flags (the profile's limits, the KV transport's
+    environment)."""
+    specs, problems = [], []
+    profile = inputs.get("profile")
+    for role, role_inputs in (inputs.get("roles") or {}).items():
         try:
             specs += units.worker_units(
                 role_inputs["instances"], placement, profile, role, _settings(inputs, role_inputs)
@@ -205,44 +232,49 @@ def host_plan(inputs):
             problems.append(str(exc))
     limits = profile.get("limits") if isinstance(profile, dict) else None
     for spec in specs:
-        problems += profile_rules.flag_value_problems(spec, profile_name, limits)
+        spec["nixl"] = inputs["settings"].get("nixl")
+        problems += profile_rules.flag_value_problems(spec, inputs.get("profile_name", "?"), limits)
         problems += [m for m in kv_rules.transport_env_problems(spec["flags"], spec["env"], spec["role"])
                      if m not in problems]  # fmt: skip
-    warnings, p2p = kv_p2p_findings(inputs, specs)
+    return specs, problems
+
+
+def host_findings(inputs, specs):
+    """(warnings, problems, readiness) of the host under SPECS: the prefill -> decode GPU pairs that cannot write
+    peer-to-peer (kv_p2p_findings) and the host's readiness (readiness_rules.judge)."""
+    warnings, problems = kv_p2p_findings(inputs, specs)
     ready_warnings, ready_problems, readiness = readiness_rules.judge(
-        host,
+        inputs["host"],
         inputs.get("readiness"),
         specs,
         inputs.get("topology"),
         policies=inputs.get("readiness_policies"),
         apply=inputs.get("readiness_apply"),
     )
-    warnings = empty + warnings + ready_warnings
-    problems += p2p + ready_problems
-    managed = _managed(inputs, specs)
-    problems += rules.conflicting_units_problems(inputs.get("conflicting_units"), managed)
-    problems += rules.listener_problems(
-        host,
-        {
-            int(s[key]): f"{s['unit']} {key} (sglang_{s['role']}_instances)"
-            for s in specs
-            for key in ("port", "bootstrap_port")
-            if s.get(key) is not None
-        }
-        | {
-            int(str(s["flags"]["dist-init-addr"]).rsplit(":", 1)[1]): (
-                f"{s['unit']} dist_init_port (sglang_{s['role']}_instances)"
-            )
-            for s in specs
-            if s["flags"].get("dist-init-addr")
-        },
-        inputs.get("listeners"),
-        # a retired unit holds its ports until the run stops it, before any new unit starts
-        _allowed_owners(inputs, managed | set(deployed)),
-    )
-    retired = rolling.retired(deployed, [s["unit"] for s in specs], ("prefill", "decode"))
-    return {"units": [] if problems else specs, "placement": placement, "problems": problems, "warnings": warnings,
-            "retired": [] if problems else retired, "readiness": readiness}  # fmt: skip
+    return warnings + ready_warnings, problems + ready_problems, readiness
+
+
+def port_owner_problems(inputs, specs, deployed):
+    """sglang_conflicting_units, and the planned ports of SPECS that a program other than the collection's units (or
+    a unit the run stops first) already listens on. DEPLOYED: the host's records (a retired unit holds its ports until
+    the run stops it, before any new unit starts)."""
+    managed = managed_units(inputs, specs)
+    problems = rules.conflicting_units_problems(inputs.get("conflicting_units"), managed)
+    planned = {
+        int(s[key]): f"{s['unit']} {key} (sglang_{s['role']}_instances)"
+        for s in specs
+        for key in ("port", "bootstrap_port")
+        if s.get(key) is not None
+    }
+    planned |= {
+        int(
+            str(s["flags"]["dist-init-addr"]).rsplit(":", 1)[1]
+        ): f"{s['unit']} dist_init_port (sglang_{s['role']}_instances)"
+        for s in specs
+        if s["flags"].get("dist-init-addr")
+    }
+    owners = allowed_owners(inputs, managed | set(deployed))
+    return problems + rules.listener_problems(inputs["host"], planned, inputs.get("listeners"), owners)
 
 
 def kv_p2p_findings(inputs, specs):
@@ -296,6 +328,8 @@ def pd_problems(worker_specs, inputs=None):
     contract serve together.
 
     inputs: {compatible: sglang_engine_compatible_versions, batch: sglang_rolling_batch,
+             batches: {host: sglang_rolling_batch} as each worker host's variables give it (its restart rule reads
+             its own; batch stands in for a host not named),
              deployed: {host: {unit: record}} (the preflight's reading of each host's records)}."""
     inputs = inputs or {}
     groups = inputs.get("compatible") or []
@@ -304,10 +338,10 @@ def pd_problems(worker_specs, inputs=None):
         return problems
     contracts = [dict(units.kv_contract(spec), host=spec.get("host", "?")) for spec in worker_specs]
     contracts = [dict(c, values=_shared(c["values"], groups)) for c in contracts]
-    # the model revision is part of the contract (issue 40), compared on the plan alone: a change of revision rolls
+    # the model revision is part of the contract, compared on the plan alone: a change of revision rolls
     # as an engine upgrade does (the rolling step's business), a plan of two revisions never serves
-    revisions = rules.model_revision_problems(worker_specs)
-    found = rules.kv_mismatches(contracts, (*units.KV_CONTRACT, "engine"))
+    revisions = revision_rules.model_revision_problems(worker_specs)
+    found = kv_rules.kv_mismatches(contracts, (*units.KV_CONTRACT, "engine"))
     if found:
         engine = any(m.startswith("--engine ") for m in found)
         return [
@@ -327,10 +361,12 @@ def pd_problems(worker_specs, inputs=None):
 
 def transition_problems(worker_specs, contracts, inputs):
     """A change of the KV contract of deployed workers, where the rolling step would restart them batch by batch:
-    the old and the new contract would serve together."""
+    the old and the new contract would serve together. Whether a worker's change rolls is its own host's
+    sglang_rolling_batch (inputs' batches; batch where a host is not named)."""
     deployed = inputs.get("deployed") or {}
     groups = inputs.get("compatible") or []
-    moved = []
+    batches = inputs.get("batches") or {}
+    moved, rolling_hosts = [], False
     for spec, contract in zip(worker_specs, contracts, strict=True):
         record = ((deployed.get(spec.get("host")) or {}).get(spec["unit"])) or {}
         old = record.get("kv_contract") if isinstance(record, dict) else None
@@ -338,7 +374,8 @@ def transition_problems(worker_specs, contracts, inputs):
             changed = sorted(k for k in contract["values"] if _shared(old, groups).get(k) != contract["values"][k])
             moved.append(f"{spec['unit']}@{spec.get('host', '?')} ({', '.join(changed)}: "
                          + "; ".join(f"{old.get(k)} -> {contract['values'][k]}" for k in changed) + ")")  # fmt: skip
-    rolls = int(inputs.get("batch") or 0) > 0 and any(n > 1 for n in rolling.role_totals(worker_specs).values())
+            rolling_hosts = rolling_hosts or int(batches.get(spec.get("host"), inputs.get("batch")) or 0) > 0
+    rolls = rolling_hosts and any(n > 1 for n in rolling.role_totals(worker_specs).values())
     if not moved or not rolls:
         return []
     return [
@@ -346,147 +383,6 @@ def transition_problems(worker_specs, contracts, inputs):
         "decode on the old and on the new contract serve together, and SGLang refuses the KV handoff between them. "
         "Set sglang_rolling_batch: 0 for this run (every changed worker restarts at once: serving pauses), or, for "
         f"engine versions known to hand KV over to each other, list them in one group of {COMPAT_VAR}"
-    ]
-
-
-def router_plan(worker_specs, inputs):
-    """Plan the router unit of one host from the planned worker specs of the whole deployment.
-
-    inputs: {host, impl (sglang_router_impl), settings (as host_plan's, for the service settings), flag_values
-    ({variable: value} of the variables of the impl's flags, sglang_flags.ROUTER_IMPLS), extra_flags (as given),
-    env, unit, name (the router instance's, sglang_router_instances), router_units (every router unit of the host:
-    each may hold its ports), ports ({variable: value} of its listeners),
-    secrets, variables, conflicting_units, host_paths, listeners (as host_plan's)}. The router dials each worker at
-    the spec's url (its advertise address).
-    Returns {unit: spec or None, problems: [message]}.
-    """
-    host = inputs["host"]
-    prefills = [s for s in worker_specs if s["role"] == "prefill"]
-    decodes = [s for s in worker_specs if s["role"] == "decode"]
-    local_ports = [
-        int(s[key])
-        for s in worker_specs
-        if s.get("host") == host
-        for key in ("port", "bootstrap_port")
-        if s.get(key) is not None
-    ] + [
-        int(str(s["flags"]["dist-init-addr"]).rsplit(":", 1)[1])
-        for s in worker_specs
-        if s.get("host") == host and s["flags"].get("dist-init-addr")
-    ]
-    problems = settings_problems(inputs)
-    problems += rules.router_problems(host, prefills, decodes, inputs["ports"], sorted(local_ports))
-    problems += rules.router_flag_problems(inputs.get("extra_flags"))
-    problems += rules.smg_shutdown_problems(inputs.get("impl"), inputs.get("flag_values"),
-                                            inputs["settings"].get("stop_timeout"))  # fmt: skip
-    problems += rules.flags_shape_problems(inputs.get("extra_flags"), "sglang_router_extra_flags")
-    problems += rules.env_problems(inputs.get("env"), "sglang_router_extra_env")
-    problems += rules.privileged_port_problems(host, inputs["ports"], inputs["settings"].get("user"))
-    managed = _managed(inputs, [s for s in worker_specs if s.get("host") == host])
-    problems += rules.conflicting_units_problems(inputs.get("conflicting_units"), managed)
-    if not problems:
-        problems += rules.listener_problems(
-            host,
-            {int(v): k for k, v in inputs["ports"].items()},
-            inputs.get("listeners"),
-            _allowed_owners(inputs, managed),
-        )
-    if problems:
-        return {"unit": None, "problems": problems}
-    try:
-        settings = {
-            **inputs["settings"],
-            "inventory_host": host,
-            "unit": inputs.get("unit", "sglang-router"),
-            "name": inputs.get("name", router_rules.DEFAULT_NAME),
-            "impl": inputs.get("impl", "sglang_router"),
-            "flags": sf.router_flags(
-                inputs.get("flag_values"), inputs.get("extra_flags"), inputs.get("impl", "sglang_router")
-            ),
-            "env": inputs.get("env") or {},
-            "api_key_set": bool((inputs.get("secrets") or {}).get("sglang_router_api_key")),
-            "hf_token_set": bool((inputs.get("secrets") or {}).get("sglang_hf_token")),
-        }
-        return {"unit": units.router_unit(prefills, decodes, settings), "problems": []}
-    except sf.FlagError as exc:
-        return {"unit": None, "problems": [str(exc)]}
-
-
-def router_plans(worker_specs, inputs):
-    """Plan the router units of one host: one per router instance (sglang_router_instances; router_rules), each from
-    the same worker specs, so every router routes to the same workers.
-
-    inputs: router_plan's, with instances (sglang_router_instances as given), ports ({sglang_router_port,
-    sglang_router_prometheus_port}: the listeners of the one instance an empty list stands for) and versions
-    ({router, nixl: "dist version", allow: sglang_router_allow_untested_combination}; the engines are the worker
-    specs'), whose combination must be a tested one (compat_rules). Each instance's
-    router_plan gets its unit (<prefix><name>), its name and its listeners, and may own any router unit of the host.
-    Returns {units: [spec], problems: [message], warnings: [message]} (units empty when problems is not)."""
-    host = inputs["host"]
-    prefix = inputs["settings"].get("unit_prefix") or "sglang-"
-    problems = router_rules.router_instance_problems(inputs.get("instances"), prefix)
-    if problems:
-        return {"units": [], "problems": problems}
-    versions = inputs.get("versions")
-    engines = sorted({str(s["engine"]) for s in worker_specs if s.get("engine")})
-    warnings = []
-    if isinstance(versions, dict):  # the tested (router, engine, NIXL) combinations (compat_rules.TESTED)
-        found = (versions["router"], engines, versions["nixl"], versions.get("allow"))
-        problems += compat_rules.combination_problems(*found)
-        warnings += compat_rules.untested_warnings(*found)
-    planned = router_rules.router_instances(inputs.get("instances"), inputs["ports"])
-    names = [f"{prefix}{i['name']}" for i in planned]
-    problems += router_rules.router_unit_clash_problems(
-        host, names, [s["unit"] for s in worker_specs if s.get("host") == host]
-    )
-    # Declared instances sit behind HAProxy (module_utils/router/lb.py): each binds sglang_router_instance_host, where
-    # HAProxy on every router host dials it; the public address is HAProxy's. No list: the single router binds
-    # sglang_router_host as before.
-    lb = inputs.get("lb") or {}
-    behind = bool(inputs.get("instances"))
-    if behind:
-        problems += router_rules.lb_problems(host, planned, lb)
-    specs = []
-    for instance in planned:
-        one = router_plan(
-            worker_specs,
-            {
-                **inputs,
-                "unit": f"{prefix}{instance['name']}",
-                "name": instance["name"],
-                "ports": instance["ports"],
-                "router_units": names,
-                "flag_values": {
-                    **(inputs.get("flag_values") or {}),
-                    **{var: instance[key] for key, var in router_rules.DEFAULT_PORT_VARS.items()},
-                    **({"sglang_router_host": lb.get("instance_host")} if behind else {}),
-                },
-            },
-        )
-        problems += [p for p in one["problems"] if p not in problems]
-        if one["unit"]:
-            specs.append(one["unit"])
-    specs = [] if problems else specs
-    servers = lb_routers(specs) if behind else []
-    return {"units": specs, "problems": problems, "warnings": warnings, "lb_routers": servers}
-
-
-def lb_routers(specs):
-    """The router units of a host as HAProxy's servers (lb.haproxy_spec's routers): each named
-    <inventory_hostname>-<instance> (lb.server_name), dialled at the address it binds (sglang_router_instance_host)
-    and checked at its readiness route."""
-    return [
-        {
-            "server": lb_plan.server_name(spec["host"], spec["name"]),
-            "inventory_host": spec["host"],
-            "unit": spec["unit"],
-            "name": spec["name"],
-            "host": spec["flags"]["host"],
-            "port": spec["port"],
-            "health_port": None,
-            "impl": spec["impl"],
-        }
-        for spec in specs
     ]
 
 
@@ -595,7 +491,7 @@ def moved_lines(specs, deployed, topology=None):
 def deployment(looks):
     """The deployment's plans joined once per run: LOOKS {host: what its host_plan returned (registered; {} where it
     did not run)} -> {units, deployed, venv_ready, bind, lines: {host: ...} (lines only of hosts with some), retired:
-    every host's retired units}."""
+    every host's retired units, batches: {host: sglang_rolling_batch} of the worker hosts}."""
     looks = {host: look if isinstance(look, dict) else {} for host, look in (looks or {}).items()}
     planned = {host: look.get("plan") or {} for host, look in looks.items()}
     return {
@@ -605,4 +501,6 @@ def deployment(looks):
         "bind": {host: look.get("bind") or {} for host, look in looks.items()},
         "lines": {host: list(look["lines"]) for host, look in looks.items() if look.get("lines")},
         "retired": [unit for p in planned.values() for unit in p.get("retired") or []],
+        # each worker host's sglang_rolling_batch (host_plan's rolling_batch): its restart rule reads its own
+        "batches": {host: look["rolling_batch"] for host, look in looks.items() if "rolling_batch" in look},
     }

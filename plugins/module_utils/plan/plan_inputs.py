@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""What a host's variables become before its plan: the one place of these derivations (issue 24).
+"""What a host's variables become before its plan: the one place of these derivations.
 
 The preflight's host_plan (plugins/action/host_plan.py), the router's plan (plugins/action/router_plan.py) and the
 deps role's own checks (plugins/action/deps_plan.py) call them with the task's variables on the controller.
@@ -15,12 +15,18 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.disagg.sglang.plugins.module_utils.deps import venvs
+from ansible_collections.disagg.sglang.plugins.module_utils.deps import deps_rules, venvs
 from ansible_collections.disagg.sglang.plugins.module_utils.model import source
-from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan, readiness_rules, rules, variables
+from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
+    compat_rules,
+    plan,
+    readiness_rules,
+    router_rules,
+    variables,
+)
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
-# setting of the plan (plan.host_plan's and plan.router_plan's `settings`) -> the variable it is, as it is
+# setting of the plan (plan.host_plan's and router_plan.router_plan's `settings`) -> the variable it is, as it is
 SETTINGS = {
     "served_model_name": "sglang_served_model_name",
     "host": "sglang_bind_host",
@@ -116,10 +122,20 @@ def settings(v, is_colocated, venv_paths):
         "venv": venv_paths.get("engine", ""),
         "router_venv": venv_paths.get("router", ""),
         "engine": venv_paths.get("engine_pin"),
+        # the NIXL the host's engine venv pins ("nixl VERSION"): what its workers run, judged with the router's version
+        # by the router's plan (compat_rules)
+        "nixl": engine_nixl(v),
         "worker_api_key_set": len(str(v.get("sglang_worker_api_key", ""))) > 0,
     }
     found.update({key: v.get(name) for key, name in SETTINGS.items()})
     return found
+
+
+def engine_nixl(v):
+    """ "nixl VERSION" of the NIXL a host's engine venv pins (sglang_deps_packages_nodeps, else sglang_deps_packages),
+    or "nixl (not pinned with ==)"; a list that is not one of strings is named by the deps checks."""
+    lists = (v.get("sglang_deps_packages_nodeps"), v.get("sglang_deps_packages"))
+    return compat_rules.pinned("nixl", [p for li in lists if isinstance(li, list) for p in li if isinstance(p, str)])
 
 
 def secrets(v):
@@ -166,12 +182,13 @@ def deps_problems(v, group_names):
         return problems
     packages = v.get("sglang_deps_packages")
     router_packages = v.get("sglang_deps_router_packages")
-    problems = rules.deps_problems(packages, v.get("sglang_deps_packages_nodeps"), v.get("sglang_deps_wheelhouse"),
-                                   router_packages)  # fmt: skip
-    if not problems and any(role in group_names for role in WORKER_ROLES):
+    workers = any(role in group_names for role in WORKER_ROLES)
+    problems = deps_rules.deps_problems(packages, v.get("sglang_deps_packages_nodeps"), v.get("sglang_deps_wheelhouse"),
+                                        router_packages, engine=workers, router="router" in group_names)  # fmt: skip
+    if not problems and workers:
         problems = venvs.engine_problems(v.get("sglang_server_module"), packages)
     if "router" in group_names:
-        problems = problems + rules.router_packages_problems(router_packages, v.get("sglang_router_impl"))
+        problems = problems + router_rules.router_packages_problems(router_packages, v.get("sglang_router_impl"))
     return problems or variables.removed_problems({n: v[n] for n in variables.REMOVED if n in v})
 
 

@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Host readiness rules (issue 41): the settings of a PCIe GPU host that decide the KV lane between its prefill and
+"""Host readiness rules: the settings of a PCIe GPU host that decide the KV lane between its prefill and
 decode GPUs and its stability, read by module_utils/host/readiness_look.py (the fact `host_readiness`), judged here.
 
 What belongs in this file: the table RULES (one row per setting: its class, what it costs, the exact remedy, whether

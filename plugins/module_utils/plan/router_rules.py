@@ -1,18 +1,25 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""The router instances of a router host (issue 39): sglang_router_instances, and the rules on it.
+"""The router's rules: its instances (sglang_router_instances), its inputs and listeners, and the router package.
 
-Declared as the worker instances are (sglang_prefill_instances, rules.instance_problems): a list per router host,
-each entry {name, port, prometheus_port}, each a unit of its own (<sglang_unit_prefix><name>.service) from the one
-unit template, every one with the same worker list (plan.router_plans). Empty (the default) is the single router of
-the older variables: one instance named router (unit sglang-router) on sglang_router_port and
-sglang_router_prometheus_port, so an inventory without the list plans exactly what it planned before.
+The router instances of a router host: declared as the worker instances are (sglang_prefill_instances,
+rules.instance_problems), a list per router host, each entry {name, port, prometheus_port}, each a unit of its own
+(<sglang_unit_prefix><name>.service) from the one unit template, every one with the same worker list
+(router_plan.router_plans). Empty (the default) is the single router of the older variables: one instance named
+router (unit sglang-router) on sglang_router_port and sglang_router_prometheus_port, so an inventory without the list
+plans exactly what it planned before.
+
+Also here: router_problems (workers to route to, its own listeners), router_packages_problems (the router venv holds
+the router sglang_router_impl names, and not the other one). The rules on the router's flags (sglang-router's and
+SMG's tables) are router_flag_rules.py's; the tested router/engine/NIXL combinations compat_rules.py's.
 
 Pure functions returning messages, each naming the variable and the fix; tests/unit/test_router_rules.py holds their
 table, tests/cases/bad_inventories.yml a row for each.
 """
 
+from ansible_collections.disagg.sglang.plugins.module_utils.deps.deps_rules import requirement_name
 from ansible_collections.disagg.sglang.plugins.module_utils.plan.rules import NAME, port_ok
+from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
 VAR = "sglang_router_instances"
 # The keys a router instance may have: its name (the unit's) and its two listeners.
@@ -148,4 +155,54 @@ def lb_problems(host, instances, lb):
                         f"{where} is port {port}, {var}, where HAProxy listens on every router host ({what}): give "
                         f"the router instance another port"
                     )
+    return problems
+
+
+def router_problems(host, prefills, decodes, ports, local_worker_ports):
+    """The router's inputs: workers to route to, its own listeners.
+
+    prefills/decodes: the planned worker specs; ports: {variable: value} of the router's listeners;
+    local_worker_ports: the worker ports on the router's own host.
+    """
+    problems = []
+    if not prefills or not decodes or any(p.get("bootstrap_port") is None for p in prefills):
+        problems.append(
+            f"The router found {len(prefills)} prefill and {len(decodes)} decode workers: put hosts in groups "
+            "prefill and decode with sglang_prefill_instances / sglang_decode_instances, each prefill instance "
+            "with its bootstrap_port"
+        )
+    bad = [var for var, value in ports.items() if not port_ok(value)]
+    numbers = [int(v) for v in ports.values() if port_ok(v)]
+    if bad or len(set(numbers)) != len(numbers):
+        problems.append(
+            " and ".join(f"{var} ({value})" for var, value in ports.items()) + " must be distinct ports in 1-65535"
+        )
+    if any(port_ok(value) and int(value) in local_worker_ports for value in ports.values()):
+        problems.append(
+            f"{' or '.join(f'{var} ({value})' for var, value in ports.items())} is also a worker port on {host} "
+            f"({', '.join(str(p) for p in local_worker_ports)}): choose free ports"
+        )
+    return problems
+
+
+def router_packages_problems(router_packages, impl):
+    """The router's venv must hold the chosen router (sglang_router_impl) and no other: sglang-router 0.3.2 and smg
+    both ship an `smg` console script, so one venv with both runs whichever was installed last."""
+    if not isinstance(impl, str) or impl not in sf.ROUTER_IMPLS:
+        return [f"sglang_router_impl ({impl!r}) is not a router this collection runs: one of "
+                f"{', '.join(sf.ROUTER_IMPLS)}"]  # fmt: skip
+    if not isinstance(router_packages, list):
+        return []
+    names = {requirement_name(p) for p in router_packages if isinstance(p, str)}
+    want = sf.ROUTER_IMPLS[impl]["dist"]
+    others = sorted(row["dist"] for name, row in sf.ROUTER_IMPLS.items() if name != impl and row["dist"] in names)
+    problems = []
+    if want not in names:
+        problems.append(f"sglang_deps_router_packages ({', '.join(router_packages) or 'empty'}) does not install "
+                        f"{want}, the router sglang_router_impl ({impl}) runs: list {want} pinned with ==, or leave "
+                        "sglang_deps_router_packages unset (it follows sglang_deps_router_impl_packages)")  # fmt: skip
+    if others:
+        problems.append(f"sglang_deps_router_packages lists {' and '.join(others)} beside {want} (sglang_router_impl "
+                        f"{impl}): the two routers both ship an `smg` command and are never installed together. "
+                        f"Remove {' and '.join(others)}")  # fmt: skip
     return problems

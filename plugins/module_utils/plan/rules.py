@@ -1,15 +1,32 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Every preflight rule of the collection, as pure functions that return messages.
+"""The rules on one host's own inputs: the settings its units share and its worker instances.
+
+Belong here: what one host's inventory says of itself and can be judged from that host alone: the model path, the
+health and drain waits, the service account and the paths the units use, secrets' shapes, environment and flag
+mappings (and the flags the collection derives itself), the worker instance lists, the worker ports of the host,
+privileged and already-used ports, sglang_conflicting_units, an empty role, a worker host without GPUs.
+
+Do not belong here (each has its file, named for its concern):
+  the router: its instances, inputs, listeners, package   plan/router_rules.py
+  the router's flags (sglang-router's and SMG's tables)   plan/router_flag_rules.py
+  the tested router/engine/NIXL combinations              plan/compat_rules.py
+  the dependency lists                                    deps/deps_rules.py (the engine pin: deps/venvs.py)
+  the model source and the model revision                 model/source.py, model/revision_rules.py
+  across hosts (API keys, addresses, the retire check)    plan/cluster_rules.py
+  the KV path and the KV contract                         plan/kv_rules.py
+  the profile's flag values                               plan/profile_rules.py
+  the host's readiness (IOMMU, ACS, BAR1, ...)            plan/readiness_rules.py
+  each variable's own type and range                      plan/variables.yml (the variable table)
+  the state of a host at run time (health, drain, stall)  units/ and the modules that act on it, not the preflight
 
 Each function takes plain data (inventory values, a profile, unit specs) and returns a list of messages, empty
 when the input is good. A message names the variable to change and how. The plan (plan.py) calls them in the
-preflight play; each role shows the messages in one assert. tests/unit/test_rules.py holds their table.
+preflight play; each role shows the messages in one assert. tests/unit/test_rules.py runs every row of
+tests/cases/bad_inventories.yml through them.
 """
 
 import re
-
-from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
 # The rules' patterns.
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -41,14 +58,13 @@ DERIVED_WORKER_FLAGS = {
     "base-gpu-id": "the instance's tp or gpus (CUDA_VISIBLE_DEVICES of the unit starts at the placed GPU)",
     "gpu-id-step": "the instance's tp or gpus (the placement picks the GPUs)",
     "numa-node": "the placement (the unit binds each worker to its NUMA node with numactl)",
-    "api-key": "nothing on the workers' command line: set sglang_router_api_key (ansible-vault) for the router",
+    "api-key": "sglang_worker_api_key (ansible-vault; the unit hands it to sglang as --api-key from its environment "
+    "file, so it never stands on the command line, and the router presents it when it registers the workers)",
     "admin-api-key": "nothing on the command line (ps shows it to every user): the collection has no admin key",
     "config": "sglang_<role>_extra_flags (a --config file would set flags behind the plan's checks)",
     "nnodes": "one instance per host and role (multi-node instances are not planned by the collection)",
     "node-rank": "one instance per host and role (multi-node instances are not planned by the collection)",
 }
-# Router flags the collection sets from a variable, and their other spellings: {flag: use instead}.
-DERIVED_ROUTER_FLAGS = {**sf.ROUTER_FLAGS, **sf.SMG_FLAGS, **sf.ROUTER_FLAG_ALIASES}
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 WORKER_PORT_KEYS = ("port", "bootstrap_port", "dist_init_port")
 
@@ -64,7 +80,7 @@ def port_ok(value):
     return whole(value) and 1 <= int(value) <= 65535
 
 
-def _positive_int(value):
+def positive_int(value):
     return whole(value) and int(value) > 0
 
 
@@ -93,7 +109,7 @@ def model_path_problems(model_path):
 
 
 def health_wait_problems(timeout, poll):
-    if _positive_int(timeout) and _positive_int(poll) and int(poll) <= int(timeout):
+    if positive_int(timeout) and positive_int(poll) and int(poll) <= int(timeout):
         return []
     return [
         f"sglang_health_timeout ({timeout}) and sglang_health_poll ({poll}) must be positive seconds, "
@@ -120,7 +136,7 @@ def drain_timeout_problems(drain, stop):
     """The unit's stop timeout must cover sglang's own stop after the rolling drain wait: what is still in flight
     when the wait ends (the wait's length again at most, the rule's assumption) drains in sglang's SIGTERM drain,
     then sglang shuts its schedulers down for up to 15 s; systemd SIGKILLs at the stop timeout."""
-    if drain is None or not (_positive_int(drain) and _positive_int(stop)):
+    if drain is None or not (positive_int(drain) and positive_int(stop)):
         return []
     need = sigterm_stop_seconds(drain)
     if need < int(stop):
@@ -252,7 +268,7 @@ def flags_shape_problems(flags, var):
     return problems
 
 
-def _flag_name(key):
+def flag_name(key):
     return str(key).lstrip("-").replace("_", "-")
 
 
@@ -262,9 +278,9 @@ def derived_flag_problems(flags, var, derived=None):
         return []
     derived = DERIVED_WORKER_FLAGS if derived is None else derived
     return [
-        f"{var} sets --{_flag_name(key)}, which the collection owns: use {derived[_flag_name(key)]} instead"
+        f"{var} sets --{flag_name(key)}, which the collection owns: use {derived[flag_name(key)]} instead"
         for key in flags
-        if _flag_name(key) in derived
+        if flag_name(key) in derived
     ]
 
 
@@ -308,13 +324,13 @@ def instance_problems(instances, role, unit_prefix="sglang-"):
         tp, gpus = instance.get("tp"), instance.get("gpus")
         if tp is None and gpus is None:
             problems.append(f"{where}: give tp (the topology role picks the GPUs) or gpus (explicit indices)")
-        if tp is not None and not _positive_int(tp):
+        if tp is not None and not positive_int(tp):
             problems.append(f"{where}: tp {tp!r} must be a positive whole number (GPUs of the instance)")
         if gpus is not None and (
             not isinstance(gpus, list) or not all(whole(g) for g in gpus) or len({int(g) for g in gpus}) != len(gpus)
         ):
             problems.append(f"{where}: gpus must be a list of distinct GPU indices (whole numbers), got {gpus!r}")
-        elif tp is not None and gpus is not None and _positive_int(tp) and int(tp) != len(gpus):
+        elif tp is not None and gpus is not None and positive_int(tp) and int(tp) != len(gpus):
             problems.append(
                 f"{where}: tp {tp} but {len(gpus)} gpus listed {gpus}: make tp the number of gpus, "
                 "or give only one of them"
@@ -409,23 +425,6 @@ def no_gpu_problems(facts, host):
     ]
 
 
-def retire_problems(retired, totals, retire_roles):
-    """Refuses a run that would retire every instance of a role (the deployment would stop serving) unless
-    sglang_retire_roles names the role. retired: the records to retire, of every host; totals: planned instances per
-    role of the deployment."""
-    problems = []
-    for role in ("prefill", "decode"):
-        going = [r for r in retired if r.get("role") == role]
-        if going and not totals.get(role) and role not in (retire_roles or []):
-            names = ", ".join(f"{r.get('unit')}@{r.get('host')}" for r in going)
-            problems.append(
-                f"the inventory plans no {role} instance, and the run would retire every deployed one ({names}): "
-                f"the deployment would stop serving. Give sglang_{role}_instances an instance again, or set "
-                f"sglang_retire_roles: [{role}] to remove them all on purpose"
-            )
-    return problems
-
-
 def host_port_problems(host, instances):
     """The worker ports of one host (every role's instances on it) must be distinct and in range."""
     ports = [
@@ -443,212 +442,3 @@ def host_port_problems(host, instances):
         f"distinct and in 1-65535; they are {', '.join(str(p) for p in ports)}. "
         "Change sglang_prefill_instances / sglang_decode_instances"
     ]
-
-
-# --------------------------------------------------------------------------------------------------
-# across the deployment
-# --------------------------------------------------------------------------------------------------
-
-
-def kv_mismatches(contracts, keys):
-    """Messages for each KV contract flag on which the given worker contracts disagree (empty: all agree)."""
-    messages = []
-    for key in keys:
-        seen = {}
-        for contract in contracts:
-            where = f"{contract['unit']}@{contract.get('host', '?')}"
-            seen.setdefault(contract["values"].get(key), []).append(where)
-        if len(seen) > 1:
-            parts = "; ".join(
-                f"{value if value is not None else 'unset'} on {', '.join(units)}" for value, units in seen.items()
-            )
-            messages.append(f"--{key} differs between PD workers: {parts}")
-    return messages
-
-
-def model_revision_problems(worker_specs):
-    """Prefill and decode of the whole deployment must load one revision of the model (issue 40: the model revision
-    is part of the KV contract). A decode continues from the KV its prefill computed with the prefill's weights;
-    SGLang checks page size and KV dtype at connect time but no weights, so on two revisions the handoff works and
-    the answers are wrong. spec["model_revision"]: the commit of sglang_model_source, None where the directory is
-    managed outside (sglang_model_path: its revision is unknown, so it cannot be shown to agree with a staged one)."""
-    seen = {}
-    for spec in worker_specs:
-        revision = spec.get("model_revision")  # .get: a spec planned before the key existed is managed outside
-        seen.setdefault(revision, []).append(f"{spec['unit']}@{spec.get('host', '?')}")
-    if len(seen) < 2:
-        return []
-
-    def named(revision, specs_at):
-        if revision is not None:
-            return f"revision {revision} on {', '.join(specs_at)}"
-        paths = sorted({str(s.get("model_path") or s.get("flags", {}).get("model-path")) for s in worker_specs
-                        if s.get("model_revision") is None})  # fmt: skip
-        return f"a directory managed outside ({', '.join(paths)}, revision unknown) on {', '.join(specs_at)}"
-
-    parts = "; ".join(named(revision, at) for revision, at in seen.items())
-    return [
-        f"The model revision differs between PD workers: {parts}. A decode continues from the KV cache its prefill "
-        "computed with the prefill's weights, and SGLang does not compare them (the KV handoff works, the answers "
-        "are wrong): give every prefill and decode host the same sglang_model_source (one revision, set where all "
-        "worker hosts read it, e.g. group_vars/all, not in one host's host_vars)"
-        + ("" if None not in seen else ", or leave it empty ({}) on all of them and manage sglang_model_path outside")
-    ]
-
-
-def router_problems(host, prefills, decodes, ports, local_worker_ports):
-    """The router's inputs: workers to route to, its own listeners.
-
-    prefills/decodes: the planned worker specs; ports: {variable: value} of the router's listeners;
-    local_worker_ports: the worker ports on the router's own host.
-    """
-    problems = []
-    if not prefills or not decodes or any(p.get("bootstrap_port") is None for p in prefills):
-        problems.append(
-            f"The router found {len(prefills)} prefill and {len(decodes)} decode workers: put hosts in groups "
-            "prefill and decode with sglang_prefill_instances / sglang_decode_instances, each prefill instance "
-            "with its bootstrap_port"
-        )
-    bad = [var for var, value in ports.items() if not port_ok(value)]
-    numbers = [int(v) for v in ports.values() if port_ok(v)]
-    if bad or len(set(numbers)) != len(numbers):
-        problems.append(
-            " and ".join(f"{var} ({value})" for var, value in ports.items()) + " must be distinct ports in 1-65535"
-        )
-    if any(port_ok(value) and int(value) in local_worker_ports for value in ports.values()):
-        problems.append(
-            f"{' or '.join(f'{var} ({value})' for var, value in ports.items())} is also a worker port on {host} "
-            f"({', '.join(str(p) for p in local_worker_ports)}): choose free ports"
-        )
-    return problems
-
-
-def smg_shutdown_problems(impl, flag_values, stop_timeout):
-    """SMG drains for sglang_router_smg_shutdown_grace_period after SIGTERM: below the unit's stop timeout
-    (sglang_stop_timeout), or systemd kills it mid-drain."""
-    grace = (flag_values or {}).get("sglang_router_smg_shutdown_grace_period")
-    if (
-        not isinstance(impl, str)
-        or impl != "smg"
-        or not _positive_int(grace)
-        or not _positive_int(stop_timeout)
-        or int(grace) < int(stop_timeout)
-    ):
-        return []
-    return [f"sglang_router_smg_shutdown_grace_period ({grace}) must be below sglang_stop_timeout ({stop_timeout}): "
-            "SMG drains its requests for that long after SIGTERM, and systemd kills the router at the stop timeout, "
-            "mid-drain. Lower the grace period or raise sglang_stop_timeout"]  # fmt: skip
-
-
-def router_flag_problems(extra_flags):
-    """Router extra flags that would put a secret on its command line, or set what a variable sets."""
-    if not isinstance(extra_flags, dict):
-        return []
-    given = {_flag_name(k) for k in extra_flags}
-    names = given & {"api-key", "control-plane-api-keys"}
-    problems = []
-    if names:
-        problems.append(
-            f"sglang_router_extra_flags sets {' and '.join(sorted(names))}: those would stand on the router's "
-            "command line, which every user of the host sees in ps. Set sglang_router_api_key (ansible-vault) instead"
-        )
-    problems += derived_flag_problems(extra_flags, "sglang_router_extra_flags", DERIVED_ROUTER_FLAGS)
-    return problems
-
-
-# --------------------------------------------------------------------------------------------------
-# dependencies
-# --------------------------------------------------------------------------------------------------
-
-
-def requirement_name(requirement):
-    """The distribution a pip requirement names, normalized (PEP 503): 'SGLang_Router==0.3.2' -> 'sglang-router'."""
-    return re.sub(r"[-_.]+", "-", re.split(r"[<>=!~ ;\[@]", requirement.strip(), maxsplit=1)[0]).lower()
-
-
-def router_packages_problems(router_packages, impl):
-    """The router's venv must hold the chosen router (sglang_router_impl) and no other: sglang-router 0.3.2 and smg
-    both ship an `smg` console script, so one venv with both runs whichever was installed last."""
-    if not isinstance(impl, str) or impl not in sf.ROUTER_IMPLS:
-        return [f"sglang_router_impl ({impl!r}) is not a router this collection runs: one of "
-                f"{', '.join(sf.ROUTER_IMPLS)}"]  # fmt: skip
-    if not isinstance(router_packages, list):
-        return []
-    names = {requirement_name(p) for p in router_packages if isinstance(p, str)}
-    want = sf.ROUTER_IMPLS[impl]["dist"]
-    others = sorted(row["dist"] for name, row in sf.ROUTER_IMPLS.items() if name != impl and row["dist"] in names)
-    problems = []
-    if want not in names:
-        problems.append(f"sglang_deps_router_packages ({', '.join(router_packages) or 'empty'}) does not install "
-                        f"{want}, the router sglang_router_impl ({impl}) runs: list {want} pinned with ==, or leave "
-                        "sglang_deps_router_packages unset (it follows sglang_deps_router_impl_packages)")  # fmt: skip
-    if others:
-        problems.append(f"sglang_deps_router_packages lists {' and '.join(others)} beside {want} (sglang_router_impl "
-                        f"{impl}): the two routers both ship an `smg` command and are never installed together. "
-                        f"Remove {' and '.join(others)}")  # fmt: skip
-    return problems
-
-
-def _requirement_key(requirement):
-    """A requirement as pip reads it: the normalized name and the rest without blanks ('SGLang == 0.5.23' is
-    'sglang==0.5.23')."""
-    rest = re.split(r"(?=[<>=!~ ;\[@])", requirement.strip(), maxsplit=1)[1:]
-    return requirement_name(requirement) + re.sub(r"\s+", "", "".join(rest)).lower()
-
-
-def package_twice_problems(lists):
-    """A distribution named more than once among the lists of one venv (LISTS: [(variable, requirements)]): pip cannot
-    install two versions into one venv (sglang==0.5.23 beside sglang==0.5.22 fails the deps step, after the preflight),
-    and the same requirement twice says nothing the list does not say once."""
-    seen = {}
-    for var, requirements in lists:
-        for requirement in requirements:
-            seen.setdefault(requirement_name(requirement), []).append((var, requirement.strip()))
-    problems = []
-    for dist, found in seen.items():
-        if len(found) < 2:
-            continue
-        where = list(dict.fromkeys(var for var, _r in found))
-        times = "twice" if len(found) == 2 else f"{len(found)} times"
-        named = f"{where[0]} names {dist} {times}" if len(where) == 1 else (
-            f"{' and '.join(where)} both name {dist}")  # fmt: skip
-        given = ", ".join(r for _v, r in found)
-        if len({_requirement_key(r) for _v, r in found}) > 1:
-            problems.append(f"{named} with different requirements ({given}): one venv holds one version of it, and "
-                            "pip refuses the pair or takes one of them. Keep the one requirement you mean")  # fmt: skip
-        else:
-            problems.append(f"{named} ({given}): one venv installs it once. Keep one of them, in one list")
-    return problems
-
-
-def deps_problems(packages, packages_nodeps, wheelhouse, router_packages=None):
-    """The venvs' package lists: shapes, sgl-kernel beside sglang-kernel, NIXL without its dependencies."""
-    problems = []
-    lists = [("sglang_deps_packages", packages), ("sglang_deps_packages_nodeps", packages_nodeps)]
-    if router_packages is not None:
-        lists.append(("sglang_deps_router_packages", router_packages))
-    for var, value in lists:
-        if not isinstance(value, list) or not all(isinstance(p, str) and p.strip() for p in value):
-            problems.append(f"{var} must be a list of pip requirement strings, got {value!r}")
-    if problems:
-        return problems
-    if any(re.match(r"^sgl[-_]kernel([<>=!~ \[]|$)", p) for p in packages + packages_nodeps):
-        problems.append(
-            "sglang_deps_packages or sglang_deps_packages_nodeps lists sgl-kernel: sglang 0.5.23 brings "
-            "sglang-kernel, which ships the same import name (sgl_kernel). Remove sgl-kernel from the list"
-        )
-    nixl = [p for p in packages if p.startswith("nixl")]
-    if nixl:
-        problems.append(
-            f"sglang_deps_packages names {', '.join(nixl)}: with its dependencies the nixl meta package pulls both "
-            "nixl-cu12 and nixl-cu13 and torch. Move the NIXL packages to sglang_deps_packages_nodeps (nixl==1.5.1 "
-            "and nixl-cu13==1.5.1 for sglang 0.5.23's CUDA 13 stack)"
-        )
-    # the engine venv gets both lists; the router's venv its own
-    engine_lists = [("sglang_deps_packages", packages), ("sglang_deps_packages_nodeps", packages_nodeps)]
-    problems += package_twice_problems(engine_lists)
-    if router_packages is not None:
-        problems += package_twice_problems([("sglang_deps_router_packages", router_packages)])
-    if wheelhouse and (not isinstance(wheelhouse, str) or not wheelhouse.startswith("/")):
-        problems.append(f'sglang_deps_wheelhouse ({wheelhouse!r}) must be an absolute path on the host, or ""')
-    return problems

@@ -7,11 +7,11 @@ site.yml's preflight checks the variables of every play of the run against it in
 disagg.sglang.host_plan, whose `variables` names the roles), before anything on a host changes; a public role run on
 its own checks its own in its first task (the action disagg.sglang.check_variables). Rules that relate two variables
 (the drain below the stop timeout), or look inside a structured one (instances, packages, flags, secrets, the
-account), are in rules.py; this table checks each variable on its own. tests/unit/test_variables.py fails when a
-role's argument specs name a variable this table lacks, when the two disagree on its type or choices, and when a
-numeric variable has no range; each role's meta/argument_specs.yml (the options of these variables: type, choices,
-description) and docs/variables.md are written from this table by `python3 scripts/gen_variables.py`, and the test
-fails when they are stale.
+account), are the rule modules' (rules.py's header lists them); this table checks each variable on its own.
+tests/unit/test_variables.py fails when a role's argument specs name a variable this table lacks, when the two disagree
+on its type or choices, and when a numeric variable has no range; each role's meta/argument_specs.yml (the options of
+these variables: type, choices, description) and docs/variables.md are written from this table by `python3
+scripts/gen_variables.py`, and the test fails when they are stale.
 """
 
 import os
@@ -87,8 +87,8 @@ ARGUMENT_TYPES = {"bool": "bool", "int": "int", "port": "int", "float": "float",
                   "map": "dict"}  # fmt: skip
 ELEMENTS = {"list_of_str": "str", "list_of_int": "int", "list_of_path": "path"}
 NUMERIC = ("int", "float", "fraction", "port", "list_of_int")
-# Kinds whose values rules.py checks in full, with messages that say how to write them (instances, package lists,
-# secrets): the table documents them and leaves the value to those rules.
+# Kinds whose values the rules check in full, with messages that say how to write them (instances: rules.py, package
+# lists: deps/deps_rules.py, secrets: rules.py): the table documents them and leaves the value to those rules.
 OWN_RULES = ("list", "secret")
 NOUNS = {"int": "whole number", "float": "number", "fraction": "fraction", "list_of_int": "list of whole numbers"}
 PATTERNS = {"MODULE": MODULE, "UNIT_PREFIX": UNIT_PREFIX}

@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # SPDX-License-Identifier: Apache-2.0
-"""The load balancer in front of several routers (issue 39): HAProxy's configuration as a plan, from the router
+"""The load balancer in front of several routers: HAProxy's configuration as a plan, from the router
 instances, rendered as is by roles/sglang_router/templates/haproxy.cfg.j2 (nothing is decided in the template).
 
 One frontend on the public address, one backend with a server per router, each checked at its readiness route:
@@ -142,7 +142,28 @@ def haproxy_spec(routers, listen, **overrides):
     if len(paths) != 1:
         raise ValueError(f"routers of one backend answer readiness at different paths: {paths}")
     refused, hung = detection_ms(s["inter_ms"], s["fall"], s["timeout_check_ms"])
-    sections = [
+    sections = haproxy_sections(s, listen, paths[0], [srv["line"] for srv in servers])
+    return {
+        "sections": sections,
+        "servers": servers,
+        "backend": s["backend"],
+        "frontend": s["frontend"],
+        "socket": s["socket"],
+        "metrics_url": f"http://{_local(listen['stats_host'])}:{listen['stats_port']}{s['stats_path']}",
+        # the exporter's bind address: a wildcard one (metrics_url then says loopback) is scraped at the host's address
+        # (monitoring/monitoring.py lb_group, as a router's flags.prometheus-host)
+        "metrics_bind": listen["stats_host"],
+        # the clients' address: what the run's smoke request goes through
+        "url": f"http://{_local(listen['host'])}:{listen['port']}",
+        "detection_ms": {"refused": refused, "hung": hung},
+    }
+
+
+def haproxy_sections(s, listen, check_path, server_lines):
+    """The sections of haproxy.cfg ({header, lines}): global (the admin socket), defaults (timeouts, retries on a
+    refused connection), the clients' frontend, the backend of the routers (leastconn, one readiness check at
+    CHECK_PATH, SERVER_LINES) and the exporter's frontend. S: DEFAULTS with the overrides; LISTEN: as haproxy_spec's."""
+    return [
         {
             "header": "global",
             "lines": [
@@ -182,9 +203,9 @@ def haproxy_spec(routers, listen, **overrides):
                 # Generations are long and uneven: the router with the fewest open requests takes the next one.
                 "balance leastconn",
                 "option httpchk",
-                f"http-check send meth GET uri {paths[0]}",
+                f"http-check send meth GET uri {check_path}",
                 "http-check expect status 200",
-                *[srv["line"] for srv in servers],
+                *server_lines,
             ],
         },
         {
@@ -195,20 +216,6 @@ def haproxy_spec(routers, listen, **overrides):
             ],
         },
     ]
-    return {
-        "sections": sections,
-        "servers": servers,
-        "backend": s["backend"],
-        "frontend": s["frontend"],
-        "socket": s["socket"],
-        "metrics_url": f"http://{_local(listen['stats_host'])}:{listen['stats_port']}{s['stats_path']}",
-        # the exporter's bind address: a wildcard one (metrics_url then says loopback) is scraped at the host's address
-        # (monitoring/monitoring.py lb_group, as a router's flags.prometheus-host)
-        "metrics_bind": listen["stats_host"],
-        # the clients' address: what the run's smoke request goes through
-        "url": f"http://{_local(listen['host'])}:{listen['port']}",
-        "detection_ms": {"refused": refused, "hung": hung},
-    }
 
 
 def _local(host):
@@ -220,7 +227,7 @@ def plan(by_host, listen, **overrides):
     """The load balancer of one router host: {spec: haproxy_spec or None, problems: [message]}.
 
     BY_HOST: {router host: [its router instances as HAProxy servers]} for every router host of the deployment, in
-    inventory order (each host's router plan: plan.router_plans lb_routers; empty where the host declares no
+    inventory order (each host's router plan: router_plan.router_plans lb_routers; empty where the host declares no
     sglang_router_instances); LISTEN: this host's {host, port, stats_host, stats_port}. No host with instances: no
     load balancer (the single router on sglang_router_port, as before), spec None. Some hosts with and some without:
     refused, HAProxy would bind the public port where a router listens on it."""

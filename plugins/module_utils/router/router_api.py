@@ -5,7 +5,7 @@ the router lists, adding and removing them, and waiting until the listing shows 
 
 Used by the rolling restart (a batch out, then back in), by the retirement of instances the inventory no longer
 has, and by the router play (the running router's list made the planned one, without a restart), each call reaching
-every router of a host at once (converge_all; a deployment of several routers, issue 39), and by the run's end check
+every router of a host at once (converge_all; a deployment of several routers), and by the run's end check
 (consistency_problems: every router lists exactly the planned workers, each healthy). Pure decisions
 (changes, settled) plus one loop whose HTTP calls, sleep and clock are injected, so every outcome is tested
 without a router (tests/unit/test_router_api.py).

@@ -1,11 +1,11 @@
 # Copyright: disagg.sglang contributors
 # SPDX-License-Identifier: Apache-2.0
-"""The router's canary in one call (issue 24: it was five remote module runs): every worker's /metrics read, one
+"""The router's canary in one call (it was five remote module runs): every worker's /metrics read, one
 request per API route the router serves, the /metrics read again, and the KV transfers the workers counted in
 between (prom_text.kv_transfer_report). One loop whose HTTP calls, sleep and clock are injected, so every outcome is
 tested without a router (tests/unit/test_router_canary.py).
 
-The routes (ROUTES, in order; issue 37: a deploy that serves only /generate is not serving): sglang's native
+The routes (ROUTES, in order; a deploy that serves only /generate is not serving): sglang's native
 POST /generate ({"text", "sampling_params"}, answered {"text", "meta_info"}), GET /v1/models (its first model's id
 names the model of the OpenAI requests: SMG 1.13 routes them by it and answers 503 for a name no worker serves),
 POST /v1/completions, POST /v1/chat/completions plain and streamed (SSE, stream_options.include_usage), and with

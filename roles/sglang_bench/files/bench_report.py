@@ -407,6 +407,26 @@ def _f(value, digits=1):
 
 
 def markdown(report: dict, plots: list[str]) -> str:
+    """The report as a Markdown page: its head (what ran, where, the versions), the steps' table, the gate against
+    the previous run, the accuracy link, the plots, what the servers saw and the units."""
+    lines = [
+        *page_head(report),
+        *steps_table(report["steps"]),
+        *gate_section(report.get("gate") or {}),
+        *accuracy_section(report.get("accuracy")),
+        "",
+        "## Plots",
+        "",
+        *[f"![{p}]({p})" for p in plots],
+        *servers_section(report["steps"]),
+        *units_section(report["deployment"]),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def page_head(report: dict) -> list[str]:
+    """The title (SIMULATED where the simulator answered, with the warning), the client, the request shape, the SLO,
+    the collection, profile, model revision, versions by host and each router's settings."""
     sim = report.get("simulated")
     s = report["settings"]
     dep = report["deployment"]
@@ -420,7 +440,8 @@ def markdown(report: dict, plots: list[str]) -> str:
             "> the shapes of the curves are meaningful, the values are not a measurement of any hardware.",
             "",
         ]
-    lines += [
+    return [
+        *lines,
         f"- client: {report['client']} {report.get('client_version') or ''}".rstrip(),
         f"- through: {s.get('url')} ({s.get('endpoint')}), input {s.get('input_len')} / output {s.get('output_len')} "
         f"tokens, dataset {s.get('dataset')}, request rate {s.get('request_rate')}",
@@ -439,11 +460,17 @@ def markdown(report: dict, plots: list[str]) -> str:
             for name, r in sorted(dep.get("routers", {}).items())
         ],
         "",
+    ]
+
+
+def steps_table(steps: list) -> list[str]:
+    """One row per concurrency step: requests, failures, latency percentiles and throughput."""
+    lines = [
         "| concurrency | requests | failed | TTFT p50 | TTFT p90 | TTFT p99 | TPOT p50 | TPOT p99 | ITL p50 | ITL p99 "
         "| output tok/s | req/s | goodput req/s |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for st in report["steps"]:
+    for st in steps:
         t, p, i = st["ttft_ms"], st["tpot_ms"], st["itl_ms"]
         lines.append(
             f"| {st['concurrency']} | {st['requests']} | {st['failed']} | {_f(t['p50'])} | {_f(t['p90'])} "
@@ -452,38 +479,47 @@ def markdown(report: dict, plots: list[str]) -> str:
         )
     lines.append("")
     lines.append("Latencies in ms. TPOT: per request, (latency - TTFT) / (output tokens - 1); ITL: between chunks.")
-    gate = report.get("gate") or {}
-    lines += ["", "## Against the previous run", ""]
+    return lines
+
+
+def gate_section(gate: dict) -> list[str]:
+    """The comparison with the previous run of the inventory: the verdict and one row per metric compared."""
+    lines = ["", "## Against the previous run", ""]
     if not gate.get("previous"):
-        lines.append("No earlier report of this inventory to compare with.")
-    else:
-        lines.append(f"Previous: {gate['previous']} - gate {'PASSED' if gate.get('passed') else 'FAILED'}.")
-        lines += [
-            "",
-            "| concurrency | metric | previous | current | worse by | threshold | |",
-            "|---:|---|---:|---:|---:|---:|---|",
-        ]
-        for row in gate.get("rows", []):
-            worse = f"{row['worse_abs']:+g}" if row["metric"] == "failed" else f"{row['worse_pct']:+.1f}%"
-            lines.append(
-                f"| {row['concurrency']} | {row['metric']} | {_f(row['previous'], 2)} | {_f(row['current'], 2)} "
-                f"| {worse} | {row['threshold']:g} | {'REGRESSED' if row['regressed'] else 'ok'} |"
-            )
-    link = report.get("accuracy")
-    lines += ["", "## Accuracy", ""]
-    if not link:
-        lines.append("No accuracy report of this inventory (playbooks/accuracy.yml).")
-    else:
-        value = "-" if link.get("value") is None else f"{link['value']:.4f}"
+        return [*lines, "No earlier report of this inventory to compare with."]
+    lines.append(f"Previous: {gate['previous']} - gate {'PASSED' if gate.get('passed') else 'FAILED'}.")
+    lines += [
+        "",
+        "| concurrency | metric | previous | current | worse by | threshold | |",
+        "|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for row in gate.get("rows", []):
+        worse = f"{row['worse_abs']:+g}" if row["metric"] == "failed" else f"{row['worse_pct']:+.1f}%"
         lines.append(
-            f"[{link['id']}]({link['page']}): gate {'PASSED' if link.get('passed') else 'FAILED'}, "
-            f"{link.get('metric')} {value}, "
-            + ("the same units as this benchmark." if link.get("same_deployment") else "other units than these.")
+            f"| {row['concurrency']} | {row['metric']} | {_f(row['previous'], 2)} | {_f(row['current'], 2)} "
+            f"| {worse} | {row['threshold']:g} | {'REGRESSED' if row['regressed'] else 'ok'} |"
         )
-    lines += ["", "## Plots", ""]
-    lines += [f"![{p}]({p})" for p in plots]
-    lines += ["", "## What the servers saw (per step, from /metrics)", ""]
-    for st in report["steps"]:
+    return lines
+
+
+def accuracy_section(link: dict | None) -> list[str]:
+    """The link to the inventory's accuracy report, its gate and whether it ran on the same units."""
+    lines = ["", "## Accuracy", ""]
+    if not link:
+        return [*lines, "No accuracy report of this inventory (playbooks/accuracy.yml)."]
+    value = "-" if link.get("value") is None else f"{link['value']:.4f}"
+    return [
+        *lines,
+        f"[{link['id']}]({link['page']}): gate {'PASSED' if link.get('passed') else 'FAILED'}, "
+        f"{link.get('metric')} {value}, "
+        + ("the same units as this benchmark." if link.get("same_deployment") else "other units than these."),
+    ]
+
+
+def servers_section(steps: list) -> list[str]:
+    """Per step and worker, the means and p99 of its /metrics histograms and the peaks of its queue gauges."""
+    lines = ["", "## What the servers saw (per step, from /metrics)", ""]
+    for st in steps:
         for worker, seen in sorted((st.get("server") or {}).items()):
             hs = seen.get("histograms", {})
             parts = [f"{n.split(':', 1)[1]} mean {_f(h['mean'], 3)} p99 {_f(h['p99'], 3)} (n={h['count']:g})"
@@ -491,11 +527,16 @@ def markdown(report: dict, plots: list[str]) -> str:
             gm = seen.get("gauges_max", {})
             parts += [f"max {n.split(':', 1)[1]} {v:g}" for n, v in sorted(gm.items()) if "queue" in n]
             lines.append(f"- c={st['concurrency']} {worker}: " + ("; ".join(parts) or "no metrics"))
-    lines += ["", "## Units", ""]
+    return lines
+
+
+def units_section(dep: dict) -> list[str]:
+    """Each deployed unit, its host, placement and flags."""
+    lines = ["", "## Units", ""]
     for unit, info in sorted(dep.get("units", {}).items()):
         flags = " ".join(f"{k} {' '.join(v)}".strip() for k, v in info.get("flags", {}).items())
         lines.append(f"- `{unit}` on {info.get('host')}: placement {info.get('placement')}; flags `{flags}`")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 # --------------------------------------------------------------------------------------------------
