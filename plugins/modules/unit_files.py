@@ -276,6 +276,7 @@ def main():
     if (params["deploy"] or params["restore"]) and not (params["unit_dir"] and params["record_dir"]):
         module.fail_json(msg="unit_dir and record_dir are required with deploy or restore")
     fs = {"backup": module.backup_local, "replace": module.atomic_move}
+
     def run(argv):
         return module.run_command(argv, environ_update={"LC_ALL": "C"})
 
