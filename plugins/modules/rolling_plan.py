@@ -19,7 +19,7 @@ description:
 options:
   deferred:
     description:
-      - The units every host deferred to the rolling step (units.yml, the stranded-KV step), each a unit spec with
+      - The units every host deferred to the rolling step (roles/sglang/tasks/units.yml), each a unit spec with
         its C(host) and its backup set (C(backup)); returned as given, in their batches.
     type: list
     elements: dict

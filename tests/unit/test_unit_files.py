@@ -182,8 +182,8 @@ def test_a_backup_set_is_restored_where_each_file_came_from_then_dropped(tmp_pat
 
 
 def test_a_unit_without_backups_restores_nothing_and_drops_nothing(tmp_path):
-    """A unit of the batches a failed rolling restart left alone that kept no backup (a stranded prefill: same
-    files) is handed to restore and drop like the others, and neither touches a file."""
+    """A unit of the batches a failed rolling restart left alone that kept no backup (its
+    files did not change) is handed to restore and drop like the others, and neither touches a file."""
     deploy(tmp_path, [deploy_entry(tmp_path)], RULE)
     entry = {**SPEC, "environment_file": str(tmp_path / "env" / "d0.env"), "backup": dict(unit_files.NO_BACKUP)}
     put = unit_files.restore([entry], str(tmp_path / "units"), str(tmp_path / "records"), fs(), owner=None)
