@@ -55,7 +55,7 @@ def fetch(url, timeout=HTTP_TIMEOUT, *, data=None, headers=None, limit=READ_LIMI
     """One GET, or a POST of DATA when given: (status, body, error). status is None when nothing answered; error then
     says why. LIMIT: bytes read from a 2xx answer (the router canary reads whole /metrics pages)."""
     # imported here, not at the top: the HTTP and TLS stack is most of this file's import time, and the filters that
-    # import it (through rolling.py) load it in every forked worker of a run, where nothing fetches (issue 24)
+    # import it (through rolling.py) load it in every forked worker of a run, where nothing fetches
     from http.client import HTTPException  # noqa: PLC0415
     from urllib.error import HTTPError, URLError  # noqa: PLC0415
 
