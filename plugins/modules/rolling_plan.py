@@ -8,7 +8,9 @@ DOCUMENTATION = r"""
 module: rolling_plan
 short_description: Plan the batches of a rolling restart from the units every host deferred to it
 version_added: "0.1.0"
-extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.controller]
+extends_documentation_fragment:
+  - disagg.sglang.module
+  - disagg.sglang.module.controller  # an action plugin's documentation: it runs on the controller
 description:
   - The rolling step's plan in one task (roles/sglang_worker/tasks/rolling.yml, run once for the deployment), on the
     controller (C(plugins/module_utils/units/rolling.py) C(rolling_plan)). In check mode it plans as a real run

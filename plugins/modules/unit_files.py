@@ -193,6 +193,7 @@ kinds_changed:
   type: list
   elements: str
   returned: when O(deploy) is given
+  sample: [unit_file, record]
 backups:
   description: "C({unit: {unit_file, env_file, record}}) - the backup set of each unit a file of which changed and that
     restarts now (not deferred): the previous file each kept, empty where it kept none."
@@ -202,6 +203,7 @@ restart:
   description: "C({now, deferred, synced}) - the restart rule's answer (names), empty without O(restart_rule)."
   type: dict
   returned: when O(deploy) is given
+  sample: {now: [sglang-router], deferred: [sglang-decode0, sglang-decode1], synced: []}
 started:
   description: The specs of O(deploy) to wait for now (not deferred), each with its backup set as C(backup).
   type: list
@@ -212,10 +214,12 @@ deferred:
   type: list
   elements: dict
   returned: when O(deploy) is given
+  sample: [{unit: sglang-decode1, role: decode, backup: {unit_file: "", env_file: "", record: ""}}]
 records:
   description: "C({unit: previous record}) of O(restore), C({}) where no record was kept."
   type: dict
   returned: when O(restore) is given
+  sample: {sglang-decode0: {unit: sglang-decode0, role: decode, health_url: "http://10.0.1.21:30001/health"}}
 rolled_back:
   description: The entries of O(restore), each with the C(health_url) (and a router's C(expected_workers)) of its
     previous record, where the rollback waits for it.
@@ -231,6 +235,7 @@ dropped:
   type: list
   elements: str
   returned: when O(drop) is given
+  sample: [/etc/systemd/system/sglang-decode0.service.4242.2026-12-07@04:50:00~]
 """
 
 from ansible.module_utils.basic import AnsibleModule
