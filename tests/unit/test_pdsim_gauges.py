@@ -207,7 +207,7 @@ def test_prefill_gauges_miss_a_request_in_the_bootstrap_queue_and_v1_loads_count
 
 
 def test_the_collections_drain_waits_for_a_request_the_gauges_miss(sims):
-    # batch_restart.drain, as the rolling batch runs it against a decode out of the router: the gauges say 0 from
+    # drain.drain, as the rolling batch runs it against a decode out of the router: the gauges say 0 from
     # the start, the drain must still wait until the request is answered
     decode, calls = pd_request(sims, 4711, 30, "0.05", timeout=15, env=PUBLISHED)
     deadline = time.monotonic() + 5
@@ -217,8 +217,8 @@ def test_the_collections_drain_waits_for_a_request_the_gauges_miss(sims):
     assert prom_text.in_flight(decode.metrics_text()) == 0  # what the drain read alone before: "drained"
     health = decode.url("/health")
     drained = drain.drain(service_health.metrics_url(health), 10, fetch=service_health.fetch,
-                                  sleep=time.sleep, clock=time.monotonic, poll=0.05,
-                                  loads=drain.loads_url(health))  # fmt: skip
+                          sleep=time.sleep, clock=time.monotonic, poll=0.05,
+                          loads=drain.loads_url(health))  # fmt: skip
     ended = time.monotonic()
     calls[1]["thread"].join(10)
     assert drained["left"] == 0 and drained["seconds"] > 0.5
@@ -229,8 +229,8 @@ def drain_of(sim, timeout: float) -> dict:
     """drain.drain as the rolling batch and the retirement run it against an instance out of the router."""
     health = sim.url("/health")
     return drain.drain(service_health.metrics_url(health), timeout, fetch=service_health.fetch,
-                               sleep=time.sleep, clock=time.monotonic, poll=0.05,
-                               loads=drain.loads_url(health))  # fmt: skip
+                       sleep=time.sleep, clock=time.monotonic, poll=0.05,
+                       loads=drain.loads_url(health))  # fmt: skip
 
 
 def test_the_drain_waits_out_a_prefill_request_its_gauges_never_counted_and_ends_when_it_ends(sims):
