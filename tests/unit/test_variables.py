@@ -28,7 +28,6 @@ PLUMBING = {
     "_sglang_health_specs",
     "_sglang_health_restarts",
     "_sglang_health_services",
-    "_sglang_health_deadline",
     "_sglang_health_poll_interval",
     "sglang_worker_units",
 }
