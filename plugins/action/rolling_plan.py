@@ -2,8 +2,8 @@
 # Apache License 2.0 (see galaxy.yml)
 """The batches of a rolling restart in one task (documentation: plugins/modules/rolling_plan.py).
 
-On the controller only: rolling.rolling_plan on the deferred units of every host of the play (what units.yml and
-the stranded-KV step handed to the rolling step), the batch size and the deployment's role totals. Nothing runs on a
+On the controller only: rolling.rolling_plan on the deferred units of every host of the play (what units.yml handed
+to the rolling step), the batch size and the deployment's role totals. Nothing runs on a
 host."""
 
 from ansible.plugins.action import ActionBase

@@ -36,6 +36,18 @@ attributes:
     details: Nothing to diff.
 """
 
+    # A module that only reads the host (deps_state, model_check, host_look): check mode reads as a real run does.
+    READ_ONLY = r"""
+options: {}
+attributes:
+  check_mode:
+    support: full
+    details: Only reads, so check mode reads as a real run does.
+  diff_mode:
+    support: none
+    details: Changes nothing, so there is nothing to show.
+"""
+
     # The router's worker and request API (module_utils/router_api.py, module_utils/router_canary.py).
     ROUTER = r"""
 options:

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: deps_state
 short_description: Read whether a host's planned venvs and OS packages are in place, and which venvs it holds
 version_added: "0.1.0"
-extends_documentation_fragment: [disagg.sglang.module]
+extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.read_only]
 description:
   - For each planned venv, whether it is whole - its Python runs, its stamp file names this run's package set, and
     every requirement of its lists (with the dependencies of those pip installs with dependencies) is installed at
@@ -44,13 +44,6 @@ options:
     description: The service account, C({user, group, home, groups, shell, comment, mode}) (the internal role's
       C(_sglang_account)); not read when omitted.
     type: dict
-attributes:
-  check_mode:
-    support: full
-    details: Only reads, so check mode reads as a real run does.
-  diff_mode:
-    support: none
-    details: Changes nothing, so there is nothing to show.
 """
 
 EXAMPLES = r"""

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: host_look
 short_description: Read the paths, unit records, TCP listeners and bindable addresses of a host, changing nothing
 version_added: "0.1.0"
-extends_documentation_fragment: [disagg.sglang.module]
+extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.read_only]
 description:
   - The preflight's one look at a host (roles/sglang/tasks/plan.yml), so a host costs one module run instead of
     one per path, one for the listeners and one for the records.
@@ -70,19 +70,14 @@ options:
     type: dict
     suboptions:
       root:
-        description: As M(disagg.sglang.host_readiness)'s O(disagg.sglang.host_readiness#module:root).
+        description:
+          - The host root the readiness files are read under (a copy of C(/proc) and C(/sys) in tests and the sandbox).
+          - As M(disagg.sglang.host_readiness)'s O(disagg.sglang.host_readiness#module:root).
         type: path
         default: /
       nvidia_smi_path:
         description: As M(disagg.sglang.host_readiness)'s O(disagg.sglang.host_readiness#module:nvidia_smi_path).
         type: path
-attributes:
-  check_mode:
-    details: Reads only, so check mode reads what a real run reads.
-    support: full
-  diff_mode:
-    details: Nothing to diff.
-    support: none
 """
 
 EXAMPLES = r"""
@@ -115,22 +110,17 @@ ARGUMENT_SPEC = {
     "bind": {"type": "list", "elements": "str", "default": []},
     "exists": {"type": "list", "elements": "path", "default": []},
     "model": {"type": "path"},
-    "topology": {
-        "type": "dict",
-        "options": {
-            "sysfs_root": {"type": "path", "default": "/"},
-            "nvidia_smi_path": {"type": "path"},
-            "nvml_venv": {"type": "path"},
-        },
-    },
-    "readiness": {
-        "type": "dict",
-        "options": {
-            "root": {"type": "path", "default": "/"},
-            "nvidia_smi_path": {"type": "path"},
-        },
-    },
 }
+# The facts host_look also reads, as their own modules do (gpu_topology, host_readiness: the same code), each
+# (option, fact, reader, the suboptions it takes from that module)
+ALSO_READS = (
+    ("topology", "gpu_topology", gpu_topology.read_for,
+     {"sysfs_root": {"type": "path", "default": "/"}, "nvidia_smi_path": {"type": "path"},
+      "nvml_venv": {"type": "path"}}),
+    ("readiness", "host_readiness", readiness_look.read_for,
+     {"root": {"type": "path", "default": "/"}, "nvidia_smi_path": {"type": "path"}}),
+)  # fmt: skip
+ARGUMENT_SPEC.update({option: {"type": "dict", "options": options} for option, _fact, _read, options in ALSO_READS})
 MODULE_OPTIONS = {"supports_check_mode": True}
 
 
@@ -140,10 +130,7 @@ def main():
     paths = {str(k): str(v) for k, v in p["paths"].items()}
     found = host_look.look(paths, p["record_dir"], p["listeners"], p["bind"], p["exists"], model_dir=p["model"])
     facts = {}
-    for option, fact, read_for in (
-        ("topology", "gpu_topology", gpu_topology.read_for),
-        ("readiness", "host_readiness", readiness_look.read_for),
-    ):
+    for option, fact, read_for, _suboptions in ALSO_READS:
         if p[option] is not None:
             facts[fact], error = read_for(module, p[option])
             if error:

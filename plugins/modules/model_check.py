@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: model_check
 short_description: Check that a model directory is whole and that its file system has room for a revision
 version_added: "0.1.0"
-extends_documentation_fragment: [disagg.sglang.module]
+extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.read_only]
 description:
   - Reads O(path) - a model directory managed outside the collection (C(sglang_model_source) none) - and says why
     sglang could not load it - config.json missing or not JSON, a shard that model.safetensors.index.json names
@@ -27,13 +27,6 @@ options:
     description: The bytes a revision still needs on that file system (0 when it is staged).
     type: int
     default: 0
-attributes:
-  check_mode:
-    support: full
-    details: Only reads, so check mode reads as a real run does.
-  diff_mode:
-    support: none
-    details: Changes nothing, so there is nothing to show.
 """
 
 EXAMPLES = r"""

@@ -8,7 +8,9 @@ DOCUMENTATION = r"""
 module: rolling_plan
 short_description: Plan the batches of a rolling restart from the units every host deferred to it
 version_added: "0.1.0"
-extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.controller]
+extends_documentation_fragment:
+  - disagg.sglang.module
+  - disagg.sglang.module.controller  # an action plugin's documentation: it runs on the controller
 description:
   - The rolling step's plan in one task (roles/sglang_worker/tasks/rolling.yml, run once for the deployment), on the
     controller (C(plugins/module_utils/units/rolling.py) C(rolling_plan)). In check mode it plans as a real run
@@ -19,7 +21,7 @@ description:
 options:
   deferred:
     description:
-      - The units every host deferred to the rolling step (units.yml, the stranded-KV step), each a unit spec with
+      - The units every host deferred to the rolling step (roles/sglang/tasks/units.yml), each a unit spec with
         its C(host) and its backup set (C(backup)); returned as given, in their batches.
     type: list
     elements: dict

@@ -1,12 +1,13 @@
 #!/usr/bin/python
 # Copyright: disagg.sglang contributors
 # SPDX-License-Identifier: Apache-2.0 (see LICENSE)
-"""Wait a bounded time for a systemd unit to answer its health URL (module_utils/units/service_health)."""
+"""Wait a bounded time for a systemd unit to answer its health URL, ending early on a crash or a stall (stall
+recognition: module_utils/units/stall.py; the wait: module_utils/units/service_health.py)."""
 
 DOCUMENTATION = r"""
 ---
 module: service_health
-short_description: Wait a bounded time for a systemd service to answer its health URL
+short_description: Wait a bounded time for a systemd service to answer its health URL; recognise a crash or a stall
 version_added: "0.1.0"
 extends_documentation_fragment: [disagg.sglang.module, disagg.sglang.module.journal]
 description:

@@ -18,9 +18,10 @@ description:
     that changed (RV(kinds_changed)), one backup set per unit (RV(backups) - the previous unit file, environment
     file and record it kept), which changed units restart now and which the rolling step restarts
     (O(restart_rule)), and the units to wait for (RV(started)) and to roll (RV(deferred)), each with its backup set.
-  - With O(restore), it puts each unit's backup set back where it came from (the rollback) and returns the previous
-    records (RV(records)); with O(drop), it removes the backups of the sets. Restore comes before drop, both before
-    the write.
+  - With O(restore), it puts each unit's backup set back where it came from (the rollback), reloads systemd when a
+    unit file went back (RV(daemon_reloaded)), and returns the previous records (RV(records)) and each unit as the
+    rollback waits for it (RV(rolled_back)); with O(drop), it removes the backups of the sets. Restore comes before
+    drop, both before the write.
   - With O(units), it also reads those units' state in one C(systemctl show) and says whether each already runs and
     is enabled (RV(units_settled)), so the units step skips its M(disagg.sglang.unit_actions) call where no file
     changed and nothing needs doing.
@@ -192,6 +193,7 @@ kinds_changed:
   type: list
   elements: str
   returned: when O(deploy) is given
+  sample: [unit_file, record]
 backups:
   description: "C({unit: {unit_file, env_file, record}}) - the backup set of each unit a file of which changed and that
     restarts now (not deferred): the previous file each kept, empty where it kept none."
@@ -201,6 +203,7 @@ restart:
   description: "C({now, deferred, synced}) - the restart rule's answer (names), empty without O(restart_rule)."
   type: dict
   returned: when O(deploy) is given
+  sample: {now: [sglang-router], deferred: [sglang-decode0, sglang-decode1], synced: []}
 started:
   description: The specs of O(deploy) to wait for now (not deferred), each with its backup set as C(backup).
   type: list
@@ -211,15 +214,28 @@ deferred:
   type: list
   elements: dict
   returned: when O(deploy) is given
+  sample: [{unit: sglang-decode1, role: decode, backup: {unit_file: "", env_file: "", record: ""}}]
 records:
   description: "C({unit: previous record}) of O(restore), C({}) where no record was kept."
   type: dict
+  returned: when O(restore) is given
+  sample: {sglang-decode0: {unit: sglang-decode0, role: decode, health_url: "http://10.0.1.21:30001/health"}}
+rolled_back:
+  description: The entries of O(restore), each with the C(health_url) (and a router's C(expected_workers)) of its
+    previous record, where the rollback waits for it.
+  type: list
+  elements: dict
+  returned: when O(restore) is given
+daemon_reloaded:
+  description: Whether systemd was reloaded because a unit file went back.
+  type: bool
   returned: when O(restore) is given
 dropped:
   description: The backups of O(drop) removed.
   type: list
   elements: str
   returned: when O(drop) is given
+  sample: [/etc/systemd/system/sglang-decode0.service.4242.2026-12-07@04:50:00~]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -265,9 +281,16 @@ def main():
     if (params["deploy"] or params["restore"]) and not (params["unit_dir"] and params["record_dir"]):
         module.fail_json(msg="unit_dir and record_dir are required with deploy or restore")
     fs = {"backup": module.backup_local, "replace": module.atomic_move}
-    rolled = {}
+
+    def run(argv):
+        return module.run_command(argv, environ_update={"LC_ALL": "C"})
+
+    rolled, reloaded = {}, False
     if params["restore"] and not module.check_mode:
         rolled = unit_files.restore(params["restore"], params["unit_dir"], params["record_dir"], fs)
+        reloaded, error = unit_files.reload_systemd(run, rolled["restored"])
+        if error:
+            module.fail_json(msg=error, restored=rolled["restored"])
     dropped = unit_files.drop(params["drop"], module.check_mode)
     deploy = params["deploy"]
     files = list(params["files"]) + [{**f, "secret": True} for f in params["env_files"]]
@@ -282,13 +305,11 @@ def main():
         result.update(unit_files.deployed(deploy, result, rule))
     if params["restore"]:
         result["records"] = rolled.get("records", {})
+        result["rolled_back"] = unit_files.rolled_back(params["restore"], result["records"])
+        result["daemon_reloaded"] = reloaded
     if params["drop"]:
         result["dropped"] = dropped
     if params["units"]:
-
-        def run(argv):
-            return module.run_command(argv, environ_update={"LC_ALL": "C"})
-
         result.update(unit_actions.settled(run, params["units"]))
     module.exit_json(**result)
 

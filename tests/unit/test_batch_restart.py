@@ -10,7 +10,7 @@ import threading
 
 import pytest
 from ansible_collections.disagg.sglang.plugins.module_utils.units import batch_restart as br
-from ansible_collections.disagg.sglang.plugins.module_utils.units import service_health
+from ansible_collections.disagg.sglang.plugins.module_utils.units import drain, service_health
 from ansible_collections.disagg.sglang.plugins.module_utils.units.unit_files import remove
 
 HEALTH = "http://127.0.0.1:30002/health"
@@ -112,7 +112,7 @@ def go(host, entries, wait=10, drain_timeout=60):
                           clock=host.clock)  # fmt: skip
 
 
-Q = br.QUIET  # a drain ends on 0 once its readings said 0 for this long
+Q = drain.QUIET  # a drain ends on 0 once its readings said 0 for this long
 
 # name: (answers by URL, the unit after its restart) -> healthy, unit_failed, drain left, reason, the previous files
 # dropped, seconds slept
@@ -196,7 +196,7 @@ DRAINS = {
 def test_a_drain_ends_only_after_its_readings_said_0_for_the_quiet_window(case):
     readings, want = DRAINS[case]
     host = FakeHost({METRICS: [metrics(n) for n in readings]})
-    got = br.drain(METRICS, 3, fetch=host.fetch, sleep=host.sleep, clock=host.clock, loads=LOADS)
+    got = drain.drain(METRICS, 3, fetch=host.fetch, sleep=host.sleep, clock=host.clock, loads=LOADS)
     assert got == want
 
 
@@ -319,7 +319,7 @@ def test_a_stalled_instance_ends_the_call_as_stalled_within_its_bound_and_return
         False, False, True, False, True)  # fmt: skip
     assert result["reason"].startswith("stalled:") and result["journal"] == "journal of sglang-decode1.service"
     assert result["deadline"] == 1000.0 + Q + 300  # the drain's quiet second, then the restart
-    assert 12 <= host.now - 1000.0 - Q <= 12 + service_health.HTTP_TIMEOUT + br.POLL
+    assert 12 <= host.now - 1000.0 - Q <= 12 + service_health.HTTP_TIMEOUT + drain.POLL
     assert result["dropped"] == [] and (tmp_path / "sglang-decode1.unit_file~").exists()
 
 

@@ -66,9 +66,14 @@ def test_pci_config_acs_walks_the_extended_capabilities_to_the_acs_control_regis
     assert readiness.pci_config_acs(blob) == expected
 
 
+def redirects(ctl):
+    """ReqRedir or CmpltRedir: peer-to-peer traffic goes up to the root complex (plan/readiness_rules.py's acs rule)."""
+    return bool(ctl.get("ReqRedir") or ctl.get("CmpltRedir"))
+
+
 def test_what_the_kernel_enables_blocks_p2p_and_all_off_does_not():
-    assert readiness.acs_blocks_p2p(readiness.pci_config_acs(config([(0x100, ACS, 0, KERNEL_ACS)])))
-    assert not readiness.acs_blocks_p2p(readiness.pci_config_acs(config([(0x100, ACS, 0, 0x11)])))
+    assert redirects(readiness.pci_config_acs(config([(0x100, ACS, 0, KERNEL_ACS)])))
+    assert not redirects(readiness.pci_config_acs(config([(0x100, ACS, 0, 0x11)])))
 
 
 # ---------------------------------------------------------------- host roots
@@ -297,7 +302,7 @@ def test_a_pcie_box_reads_its_bridges_acs_iommu_and_settings(tmp_path, smi, gpus
     # the root port as the kernel enables it (redirecting), the downstream port all off; the switch's upstream port
     # has no ACS capability and the unprivileged read of 0000:98:01.0 is no reading at all: both absent
     assert facts["acs"] == {"0000:16:01.0": KERNEL, "0000:18:00.0": NONE}
-    assert [b for b, ctl in facts["acs"].items() if readiness.acs_blocks_p2p(ctl)] == ["0000:16:01.0"]
+    assert [b for b, ctl in facts["acs"].items() if redirects(ctl)] == ["0000:16:01.0"]
     assert (facts["numa_balancing"], facts["thp"]) == (1, "always")
     assert facts["governors"] == {"performance": 4, "powersave": 2}
     assert facts["unread"] == {

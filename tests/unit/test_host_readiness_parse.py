@@ -70,15 +70,6 @@ def test_module_params_of_the_h200_vm():
     assert nv["NvLinkDisable"] == "1"
     assert nv["ResmanDebugLevel"] == "4294967295"
     assert nv["DynamicPowerManagement"] == "3"
-    assert readiness.param_bool(got["nvidia_uvm"]["uvm_disable_hmm"]) is False
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [("Y", True), ("N", False), ("1", True), ("0", False), ("y\n", True), ("", None), (None, None), ("phys", None)],
-)
-def test_param_bool_reads_sysfs_bools_and_ints(value, expected):
-    assert readiness.param_bool(value) is expected
 
 
 @pytest.mark.parametrize(
@@ -115,54 +106,11 @@ def test_nvidia_smi_q_of_nothing_and_of_a_gpu_without_the_sections():
     assert got["00000000:01:00.0"]["bar1_total_mib"] is None
 
 
-ON = dict.fromkeys(("SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd"), True)
-ALL_OFF = dict.fromkeys(
-    ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl", "DirectTrans"), False
-)
-REDIRECTING = {**ALL_OFF, **ON}
-
-
-def test_acs_lines_posted_in_nccl_issues_523_and_304():
-    lines = fixture("acs-lspci", "nccl-issue-523-acsctl.txt").splitlines()
-    lines += fixture("acs-lspci", "nccl-issue-304-acsctl-tabs.txt").splitlines()
-    ctls = [readiness.acs_ctl(line.strip()) for line in lines]
-    assert ctls[0] == REDIRECTING
-    assert ctls[1] == {**ALL_OFF, "SrcValid": True}
-    assert ctls[2] == ALL_OFF
-    assert ctls[3] == {**ALL_OFF, "ReqRedir": True, "CmpltRedir": True}
-    assert ctls[4] == REDIRECTING  # tab after the colon
-    assert ctls[5] == ALL_OFF
-    assert [readiness.acs_blocks_p2p(c) for c in ctls] == [True, False, False, True, True, False]
-
-
-def test_lspci_acs_keys_by_device_and_skips_a_device_without_the_capability():
-    got = readiness.lspci_acs(fixture("acs-lspci", "handmade-switch-and-gpu.txt"))
-    assert got == {"0000:03:00.0": {"ACSCtl": REDIRECTING}, "0000:04:08.0": {"ACSCtl": ALL_OFF}}
-    assert readiness.acs_blocks_p2p(got["0000:03:00.0"]["ACSCtl"]) is True
-    assert readiness.acs_blocks_p2p(got["0000:04:08.0"]["ACSCtl"]) is False
-    assert readiness.lspci_acs("") == {}
-
-
-@pytest.mark.parametrize(
-    ("ctl", "expected"),
-    [
-        ({}, False),
-        (None, False),
-        ({**ALL_OFF, "ReqRedir": True}, True),
-        ({**ALL_OFF, "CmpltRedir": True}, True),
-        ({**ALL_OFF, "SrcValid": True, "UpstreamFwd": True}, False),
-    ],
-)
-def test_acs_blocks_p2p_on_either_redirect_flag(ctl, expected):
-    assert readiness.acs_blocks_p2p(ctl) is expected
-
-
 def test_system_readings_of_the_h200_vm():
     text = fixture(H200, "system.txt")
     lines = text.splitlines()
     assert readiness.numa_balancing(text) == 0
     assert readiness.thp_selected(text) == "madvise"
-    assert readiness.memlock_limit(text) == "unlimited"
     assert readiness.cpu_governor(lines[6]) is None
 
 
@@ -176,12 +124,6 @@ def test_system_readings_of_the_h200_vm():
         (readiness.thp_selected, "[always] madvise never\n", "always"),
         (readiness.thp_selected, "always madvise [never]\n", "never"),
         (readiness.thp_selected, "", None),
-        (
-            readiness.memlock_limit,
-            "Max locked memory         8388608              8388608              bytes\n",
-            8388608,
-        ),
-        (readiness.memlock_limit, "Max open files            1024                 1048576              files\n", None),
         (readiness.cpu_governor, "performance\n", "performance"),
         (readiness.cpu_governor, "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor=powersave\n", "powersave"),
         (readiness.cpu_governor, "", None),

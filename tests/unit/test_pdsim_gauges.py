@@ -1,7 +1,7 @@
 """The simulator's load gauges and load snapshot are published as sglang 0.5.23 publishes them, not live counts
 (sglang/srt/managers/scheduler_components/metrics_reporter.py report_prefill_stats, report_decode_stats,
 _maybe_log_idle_metrics; sglang/srt/managers/scheduler.py publish_load_snapshot, on_idle), and the collection's
-measured drain (plugins/module_utils/units/batch_restart.py drain) is not fooled by a gauge that is stale at 0, nor
+measured drain (plugins/module_utils/units/drain.py) is not fooled by a gauge that is stale at 0, nor
 held by one that a request's end left non-zero. The simulator's default is published (cli.py Knobs.gauges).
 
 Engine tests run in process with a fake clock-free scheduler; worker tests run simulators on 127.0.0.1.
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from ansible_collections.disagg.sglang.plugins.module_utils.monitoring import prom_text
-from ansible_collections.disagg.sglang.plugins.module_utils.units import batch_restart, service_health
+from ansible_collections.disagg.sglang.plugins.module_utils.units import drain, service_health
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"))
 
@@ -207,7 +207,7 @@ def test_prefill_gauges_miss_a_request_in_the_bootstrap_queue_and_v1_loads_count
 
 
 def test_the_collections_drain_waits_for_a_request_the_gauges_miss(sims):
-    # batch_restart.drain, as the rolling batch runs it against a decode out of the router: the gauges say 0 from
+    # drain.drain, as the rolling batch runs it against a decode out of the router: the gauges say 0 from
     # the start, the drain must still wait until the request is answered
     decode, calls = pd_request(sims, 4711, 30, "0.05", timeout=15, env=PUBLISHED)
     deadline = time.monotonic() + 5
@@ -216,21 +216,21 @@ def test_the_collections_drain_waits_for_a_request_the_gauges_miss(sims):
         time.sleep(0.02)
     assert prom_text.in_flight(decode.metrics_text()) == 0  # what the drain read alone before: "drained"
     health = decode.url("/health")
-    drained = batch_restart.drain(service_health.metrics_url(health), 10, fetch=service_health.fetch,
-                                  sleep=time.sleep, clock=time.monotonic, poll=0.05,
-                                  loads=batch_restart.loads_url(health))  # fmt: skip
+    drained = drain.drain(service_health.metrics_url(health), 10, fetch=service_health.fetch,
+                          sleep=time.sleep, clock=time.monotonic, poll=0.05,
+                          loads=drain.loads_url(health))  # fmt: skip
     ended = time.monotonic()
     calls[1]["thread"].join(10)
     assert drained["left"] == 0 and drained["seconds"] > 0.5
-    assert ended >= calls[1]["at"]  # not before the decode answered (batch_restart.QUIET after its last count)
+    assert ended >= calls[1]["at"]  # not before the decode answered (drain.QUIET after its last count)
 
 
 def drain_of(sim, timeout: float) -> dict:
-    """batch_restart.drain as the rolling batch and the retirement run it against an instance out of the router."""
+    """drain.drain as the rolling batch and the retirement run it against an instance out of the router."""
     health = sim.url("/health")
-    return batch_restart.drain(service_health.metrics_url(health), timeout, fetch=service_health.fetch,
-                               sleep=time.sleep, clock=time.monotonic, poll=0.05,
-                               loads=batch_restart.loads_url(health))  # fmt: skip
+    return drain.drain(service_health.metrics_url(health), timeout, fetch=service_health.fetch,
+                       sleep=time.sleep, clock=time.monotonic, poll=0.05,
+                       loads=drain.loads_url(health))  # fmt: skip
 
 
 def test_the_drain_waits_out_a_prefill_request_its_gauges_never_counted_and_ends_when_it_ends(sims):

@@ -182,8 +182,8 @@ def test_a_backup_set_is_restored_where_each_file_came_from_then_dropped(tmp_pat
 
 
 def test_a_unit_without_backups_restores_nothing_and_drops_nothing(tmp_path):
-    """A unit of the batches a failed rolling restart left alone that kept no backup (a stranded prefill: same
-    files) is handed to restore and drop like the others, and neither touches a file."""
+    """A unit of the batches a failed rolling restart left alone that kept no backup (its
+    files did not change) is handed to restore and drop like the others, and neither touches a file."""
     deploy(tmp_path, [deploy_entry(tmp_path)], RULE)
     entry = {**SPEC, "environment_file": str(tmp_path / "env" / "d0.env"), "backup": dict(unit_files.NO_BACKUP)}
     put = unit_files.restore([entry], str(tmp_path / "units"), str(tmp_path / "records"), fs(), owner=None)
@@ -230,3 +230,37 @@ def test_the_module_answers_a_host_with_no_unit_left_to_deploy(tmp_path, capsys)
     rc, out = run_module(args, capsys)
     assert rc == 0 and out["changed"] is False, out
     assert (out["kinds_changed"], out["started"], out["deferred"]) == ([], [], []), out
+
+
+def test_a_rolled_back_unit_is_waited_for_at_its_previous_records_health_url():
+    """The rollback waits where the configuration put back answers: its previous record's health URL and, for a
+    router, its previous worker count; a unit that kept no record at the planned ones."""
+    entries = [
+        {"unit": "r0", "host": "a", "health_url": "http://a:8001/readiness", "expected_workers": 4},
+        {"unit": "d0", "host": "a", "health_url": "http://a:30009/health"},
+    ]
+    records = {"r0": {"health_url": "http://a:8000/readiness", "expected_workers": 2}, "d0": {}}
+    got = unit_files.rolled_back(entries, records)
+    assert [(s["unit"], s["health_url"], s.get("expected_workers")) for s in got] == [
+        ("r0", "http://a:8000/readiness", 2),
+        ("d0", "http://a:30009/health", None),
+    ]
+    assert got[0]["host"] == "a" and "expected_workers" not in got[1]
+
+
+def test_systemd_is_reloaded_only_when_a_unit_file_went_back():
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return 0, "", ""
+
+    assert unit_files.reload_systemd(run, ["/etc/disagg-sglang/env/d0.env", "/var/lib/r/d0.json"]) == (False, "")
+    assert calls == []
+    assert unit_files.reload_systemd(run, ["/etc/systemd/system/d0.service"]) == (True, "")
+    assert calls == [["systemctl", "daemon-reload"]]
+
+
+def test_a_failed_reload_says_so():
+    reloaded, error = unit_files.reload_systemd(lambda argv: (1, "", "Access denied\n"), ["/u/d0.service"])
+    assert reloaded and error == "systemctl daemon-reload failed (rc 1): Access denied"

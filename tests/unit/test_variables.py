@@ -24,7 +24,11 @@ PLUMBING = {
     "_sglang_units",
     "_sglang_backups",
     "_sglang_started_units",
-    "_sglang_restore",
+    "_sglang_rollback",
+    "_sglang_health_specs",
+    "_sglang_health_restarts",
+    "_sglang_health_services",
+    "_sglang_health_poll_interval",
     "sglang_worker_units",
 }
 # argument spec type -> the table kinds that may stand for it

@@ -2,10 +2,10 @@
 # Apache License 2.0 (see galaxy.yml)
 """Parsers of a GPU host's readiness facts: /proc/cmdline (IOMMU parameters), /sys/kernel/iommu_groups/*/type, the
 nvidia kernel modules' parameters (/sys/module/*/parameters, /proc/driver/nvidia/params), `nvidia-smi -q`, the ACS
-control registers in `lspci -vvv`, and sysctl-like readings (numa balancing, THP, locked memory, CPU governor).
+Control register in a bridge's PCI config space, and sysctl-like readings (numa balancing, THP, CPU governor).
 
-Pure functions of text: no I/O here and nothing here changes the host; the module of a later slice reads the files
-and passes their text in. Real captures: tests/fixtures/host_readiness/.
+Pure functions of text or bytes: no I/O here and nothing here changes the host; readiness_look.py reads the files
+and passes their contents in. Real captures: tests/fixtures/host_readiness/.
 """
 
 import re
@@ -83,11 +83,6 @@ def module_params(text):
     return out
 
 
-def param_bool(value):
-    """Y/N/1/0 (as sysfs prints bool and int module parameters) -> True/False; anything else -> None."""
-    return {"y": True, "1": True, "n": False, "0": False}.get((value or "").strip().lower())
-
-
 def _smi_int(value):
     m = re.match(r"(\d+)", value or "")
     return int(m.group(1)) if m else None
@@ -132,33 +127,6 @@ _SMI_FIELDS = {
 }
 
 
-def acs_ctl(line):
-    """`ACSCtl: SrcValid+ TransBlk- ...` (lspci -vvv, space or tab after the colon) -> {flag: bool}."""
-    flags = (line or "").partition(":")[2]
-    return {m.group(1): m.group(2) == "+" for m in re.finditer(r"(\w+)([+-])", flags)}
-
-
-def lspci_acs(text):
-    """`lspci -vvv` -> {bdf: {"ACSCtl": {flag: bool}}} for each device whose capabilities list Access Control
-    Services with an ACSCtl line; a device without the capability is absent."""
-    out = {}
-    bdf = None
-    for line in (text or "").splitlines():
-        m = re.match(r"^((?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\s", line)
-        if m:
-            bdf = m.group(1)
-        elif bdf and line.strip().startswith("ACSCtl:"):
-            out[bdf] = {"ACSCtl": acs_ctl(line.strip())}
-    return out
-
-
-def acs_blocks_p2p(ctl):
-    """True where ACS request or completion redirection is on: peer-to-peer TLPs then go up to the root complex
-    instead of across the switch (NCCL user guide, troubleshooting.html#pci-access-control-services-acs: P2P "may
-    hang or be slow"; the kernel's drivers/pci/pci.c pci_std_enable_acs sets PCI_ACS_RR | PCI_ACS_CR)."""
-    return bool((ctl or {}).get("ReqRedir") or (ctl or {}).get("CmpltRedir"))
-
-
 def numa_balancing(text):
     """`sysctl kernel.numa_balancing` output (or the bare /proc/sys value) -> int, None where absent."""
     m = re.search(r"^kernel\.numa_balancing\s*=\s*(\d+)", text or "", re.M) or re.fullmatch(r"\s*(\d+)\s*", text or "")
@@ -169,14 +137,6 @@ def thp_selected(text):
     """/sys/kernel/mm/transparent_hugepage/enabled (`always [madvise] never`) -> the bracketed choice, or None."""
     m = re.search(r"\[(\w+)\]", text or "")
     return m.group(1) if m else None
-
-
-def memlock_limit(text):
-    """/proc/self/limits -> the soft `Max locked memory` limit: "unlimited", an int of bytes, or None where absent."""
-    m = re.search(r"^Max locked memory\s+(\S+)", text or "", re.M)
-    if not m:
-        return None
-    return "unlimited" if m.group(1) == "unlimited" else int(m.group(1))
 
 
 def cpu_governor(text):

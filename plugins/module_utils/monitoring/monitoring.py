@@ -5,7 +5,7 @@
 scrape_targets(workers, routers, cluster, addresses, balancers) -> Prometheus file_sd list: one target group per
 worker metrics endpoint (sglang's /metrics on the worker's HTTP port, with --enable-metrics), one per router
 Prometheus listener (sglang-router's --prometheus-host/--prometheus-port, /metrics there), and one per router host's
-HAProxy (its built-in Prometheus exporter, issue 39).
+HAProxy (its built-in Prometheus exporter).
 
 Input, the unit specs the roles planned (site.yml's preflight: sglang_worker_units, sglang_router_units):
   workers: [{unit, name, role, host, metrics_url, gpus: [...], numa_node, flags: {host}}]

@@ -38,7 +38,7 @@ def restart_decision(units, changed, new, inputs):
     changed in this run; new: names of those that had no unit file before it; inputs: {totals: role_totals of the
     deployment, router_serving, batch: sglang_rolling_batch}.
     inputs may also hold records ({unit: record} of the host, as the preflight read them), env_changed (names
-    whose environment file changed) and router_roll (issue 39: the deployment has two or more router instances behind
+    whose environment file changed) and router_roll (the deployment has two or more router instances behind
     a serving HAProxy, roles/sglang_router/tasks/main.yml).
     Returns {now: [name], deferred: [name], synced: [name]}, each in the order of `changed`. synced: a router whose
     worker list alone changed (its record's restart_key is the spec's, its secrets did not change): its unit

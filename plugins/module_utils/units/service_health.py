@@ -1,37 +1,28 @@
 # Copyright: disagg.sglang contributors
 # SPDX-License-Identifier: Apache-2.0
-"""What the service_health module decides: is a systemd unit's service healthy, did it fail or restart, has it
-stalled, or is the time up. Pure functions plus one loop whose systemctl runner, HTTP fetch, sleep and clock are
-injected, so every outcome is tested without a host (tests/unit/test_service_health.py).
+"""The health wait with stall recognition (stall.py): is a systemd unit's service healthy, did it fail or restart,
+has it stalled, or is the time up. Pure functions plus one loop whose systemctl runner, HTTP fetch, sleep and clock
+are injected, so every outcome is tested without a host (tests/unit/test_service_health.py).
 
 Every wait ends on the clock: a deadline (the whole wait's, fixed when it began, passed to each call of the role's
-until loop) and, within one call, a window of `wait` seconds for a progress line. No probe outlasts the deadline (its
-HTTP timeout is cut to what is left). Within a call, the unit counts as failed when it is failed or inactive, waits
-in systemd's auto-restart, or has been restarted (NRestarts grew) since the whole wait began.
-
-Loading, warming and stalled are told apart by how the health URL answers (sglang 0.5.23,
-sglang/srt/entrypoints/http_server.py): while the weights load the port is closed (connection refused); while it
-warms up /health answers 503 at once (server status Starting; a SIGTERM likewise); a healthy /health takes about 1 s
-(health_generate sleeps 1 s, then looks for scheduler output); a stalled scheduler's /health answers nothing until
-SGLANG_HEALTH_CHECK_TIMEOUT (20 s) and then 503. So an answer that does not come within the probe's timeout, or a
-non-200 answer that took longer than QUICK seconds, is the scheduler's silence; silence lasting stall_timeout seconds
-is a stall, which ends the wait at once (a load or a warm-up never looks like it), and a call does not end its window
-while a silence is being timed.
+until loop: roles/sglang/tasks/health_wait.yml) and, within one call, a window of `wait` seconds for a progress line.
+No probe outlasts the deadline (its HTTP timeout is cut to what is left). Within a call, the unit counts as failed
+when it is failed or inactive, waits in systemd's auto-restart, or has been restarted (NRestarts grew) since the
+whole wait began. Loading, warming and stalled are told apart by how the health URL answers (stall.py); a stall ends
+the wait at once, and a call does not end its window while a silence is being timed.
 """
 
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible_collections.disagg.sglang.plugins.module_utils.units.stall import SILENT, Silence
+
 BODY_LIMIT = 2000  # characters of the last answer returned to the caller
 READ_LIMIT = 100000  # bytes read from a healthy answer (a /readiness or /health body is far smaller)
 HTTP_TIMEOUT = 5  # seconds for one request
 POLL_INTERVAL = 1  # seconds between two polls within one wait
 MIN_PROBE = 1.5  # seconds: the shortest HTTP timeout of a probe (a healthy sglang /health takes about 1 s)
-# seconds: sglang answers its 503s of Starting and SIGTERM before any sleep (http_server.py health_generate); its only
-# later non-200 is the health check's timeout, after at least one 1 s sleep
-QUICK = 1.0
-SILENT = "no answer in"  # how fetch's error begins when the port took the request and nothing answered in time
 METRICS_LIMIT = 16 << 20  # bytes read from a /metrics page: the whole page (histograms of every rank can be large)
 # How every request to a worker or the router is made (ansible.module_utils.urls.open_url's options): straight to its
 # address, never through a proxy named in the environment (http_proxy, https_proxy). The collection talks HTTP only to
@@ -64,7 +55,7 @@ def fetch(url, timeout=HTTP_TIMEOUT, *, data=None, headers=None, limit=READ_LIMI
     """One GET, or a POST of DATA when given: (status, body, error). status is None when nothing answered; error then
     says why. LIMIT: bytes read from a 2xx answer (the router canary reads whole /metrics pages)."""
     # imported here, not at the top: the HTTP and TLS stack is most of this file's import time, and the filters that
-    # import it (through rolling.py) load it in every forked worker of a run, where nothing fetches (issue 24)
+    # import it (through rolling.py) load it in every forked worker of a run, where nothing fetches
     from http.client import HTTPException  # noqa: PLC0415
     from urllib.error import HTTPError, URLError  # noqa: PLC0415
 
@@ -111,22 +102,13 @@ def probe(url, expect, *, fetch=fetch, timeout=HTTP_TIMEOUT):
     return healthy, reason, body
 
 
-def silent(status, error, seconds):
-    """Whether an answer that is not healthy is the scheduler's silence (see the top of this file): nothing within
-    the probe's timeout, or a non-200 that came only after QUICK seconds. Refused (loading) and a 503 at once
-    (warming, stopping) are not."""
-    if status is None:
-        return (error or "").startswith(SILENT)
-    return status != 200 and seconds >= QUICK
-
-
 def wait_healthy(run, unit, url, expect, wait, *, restarts_at_start=None, sleep=time.sleep, clock=time.monotonic,
                  fetch=fetch, poll=POLL_INTERVAL, deadline=None, stall_timeout=None):  # fmt: skip
     """Polls url until it is healthy, the unit failed or restarted, it stalled, the deadline passed, or this call's
     window of `wait` seconds is over (at least one poll). restarts_at_start: the unit's NRestarts when the whole wait
     began (a wait of several calls passes the same one, so a restart between two calls still counts); read now when
     None. deadline: when the whole wait ends, in clock's time (None: this call's window only). stall_timeout: seconds
-    of silence (see silent) that make a stall (None: never judged). poll: seconds between two polls.
+    of silence (stall.py) that make a stall (None: never judged). poll: seconds between two polls.
 
     Returns healthy, unit_failed, stalled, timed_out (at most one true), done (one of them is), unit_state, reason
     and body (first BODY_LIMIT chars).
@@ -135,28 +117,21 @@ def wait_healthy(run, unit, url, expect, wait, *, restarts_at_start=None, sleep=
     deadline = float("inf") if deadline is None else deadline
     if restarts_at_start is None:
         restarts_at_start = unit_state(run, unit)[2]
-    silent_since = None
+    silence = Silence(stall_timeout)
     while True:
         asked = clock()
         # no probe outlasts the deadline, nor the stall bound of a silence being timed
-        bound = (
-            deadline if silent_since is None or stall_timeout is None else min(deadline, silent_since + stall_timeout)
-        )
-        status, body, error = fetch(url, max(min(HTTP_TIMEOUT, bound - asked), MIN_PROBE))
+        status, body, error = fetch(url, max(min(HTTP_TIMEOUT, silence.bound(deadline) - asked), MIN_PROBE))
         healthy, reason = judge(status, body, error, expect)
-        quiet = not healthy and silent(status, error, clock() - asked)
-        silent_since = (asked if silent_since is None else silent_since) if quiet else None
+        silence.note(healthy, status, error, asked, clock())
         state = unit_state(run, unit)
         failed = unit_failed(state, restarts_at_start) and not healthy
         now = clock()
-        timing = silent_since is not None and stall_timeout is not None
-        stalled = not (healthy or failed) and timing and now - silent_since >= stall_timeout
+        timing = silence.timing()
+        stalled = not (healthy or failed) and silence.stalled(now)
         timed_out = not (healthy or failed or stalled) and now >= deadline
         if stalled:
-            reason = (
-                f"stalled: its port takes requests, and /health has not answered for {now - silent_since:.0f} s "
-                f"(its scheduler does not answer; last: {reason})"
-            )
+            reason = silence.reason(now, reason)
         if healthy or failed or stalled or timed_out or (now >= window and not timing):
             active, sub, restarts = state
             return {

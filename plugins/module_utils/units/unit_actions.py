@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""What the units step asks systemd to do for the units of one host, in one call (issue 24: one read of every unit's
+"""What the units step asks systemd to do for the units of one host, in one call (one read of every unit's
 state instead of a reset-failed, a restart and a start-and-enable task per unit). Pure decisions over the state
 systemd reports, and one loop with an injected runner; tests/unit/test_unit_actions.py.
 

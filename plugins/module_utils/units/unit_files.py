@@ -1,6 +1,6 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
-"""The files of a host's units written in one call (issue 24: one module run instead of a template, a copy and two
+"""The files of a host's units written in one call (one module run instead of a template, a copy and two
 directories per unit): each unit's environment file (secrets), unit file and record. Tested with a temp dir in
 tests/unit/test_unit_files.py.
 
@@ -14,10 +14,12 @@ tests/unit/test_unit_files.py.
                                     restart rule's answer, the units to wait for and those the rolling step restarts
     restore(entries, unit_dir, record_dir, fs)
                                     each unit's backup set put back where it came from (the rollback)
+    rolled_back(entries, records)   each restored unit's spec as the rollback waits for it (its previous health URL)
+    reload_systemd(run, restored)   systemctl daemon-reload where a restore put a unit file back
     drop(sets, check)               the backups of the sets removed
 
 One backup set per unit: the previous unit file, environment file and record a write kept ("" for each it kept
-none), carried as one dict from the write to the rollback (roles/sglang/tasks/wait.yml, restore.yml) or the rolling
+none), carried as one dict from the write to the rollback (roles/sglang/tasks/wait.yml, rollback.yml) or the rolling
 step (the deferred units), put back by restore and dropped by drop.
 
 A file is changed when its content, mode or owner differ; a changed file that existed keeps a backup (the name
@@ -235,6 +237,30 @@ def restore(entries, unit_dir, record_dir, fs, owner="root"):
             _set_attrs(dest[kind], mode, owner, owner)
             restored.append(dest[kind])
     return {"restored": restored, "records": records}
+
+
+def rolled_back(entries, records):
+    """Each entry of a restore as the rollback waits for it: the health URL (and a router's expected workers) of its
+    previous record, the configuration it runs again; the planned ones where it kept no record."""
+    specs = []
+    for entry in entries:
+        previous = records.get(entry["unit"]) or {}
+        spec = {**entry, "health_url": previous.get("health_url", entry.get("health_url"))}
+        if "expected_workers" in entry:
+            spec["expected_workers"] = previous.get("expected_workers", entry["expected_workers"])
+        specs.append(spec)
+    return specs
+
+
+def reload_systemd(run, restored):
+    """Reloads systemd when RESTORED (restore's paths) holds a unit file: systemd reads a unit file only on a
+    reload, so a unit put back and restarted without one would start its refused configuration again. An environment
+    file or a record alone needs none (systemd reads the environment file at each start). run(argv) -> (rc, out,
+    err). Returns (reloaded, error): error is systemctl's message when the reload failed, else ""."""
+    if not any(path.endswith(".service") for path in restored):
+        return False, ""
+    rc, out, err = run(["systemctl", "daemon-reload"])
+    return True, "" if rc == 0 else f"systemctl daemon-reload failed (rc {rc}): {(err or out).strip()}"
 
 
 def drop(sets, check=False):
