@@ -11,7 +11,10 @@ import pytest
 import yaml
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import cluster_rules, rules
 from ansible_collections.disagg.sglang.plugins.module_utils.units import rolling, units
-from test_units import DECODE, PLACEMENT, PROFILE, SETTINGS
+from samples import INSTANCES, PLACEMENT, PROFILE
+from samples import UNIT_SETTINGS as SETTINGS
+
+DECODE = INSTANCES["decode"]
 
 
 @pytest.mark.parametrize(
@@ -249,7 +252,7 @@ def test_an_empty_instance_list_is_said_not_refused():
 
 def test_the_record_scan_reads_every_record_names_an_unreadable_one_and_skips_backups(tmp_path):
     """roles/sglang/vars/main.yml's _sglang_record_scan, run as plan.yml runs it (python3 -c SCRIPT DIR)."""
-    script = yaml.safe_load((Path(__file__).parents[2] / "roles/sglang/vars/main.yml").read_text())[
+    script = yaml.safe_load((Path(__file__).resolve().parents[2] / "roles/sglang/vars/main.yml").read_text())[
         "_sglang_record_scan"
     ]
     (tmp_path / "sglang-decode0.json").write_text(json.dumps({"unit": "sglang-decode0", "role": "decode"}))

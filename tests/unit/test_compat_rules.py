@@ -4,7 +4,7 @@ planning inside the table, so nothing that runs today is refused."""
 
 import pytest
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import compat_rules as cr
-from test_rules import preflight, topology  # noqa: F401 (the fixture)  # pylint: disable=unused-import
+from plan_stages import preflight
 
 ROUTER = "sglang-router 0.3.2"
 ENGINE = "sglang 0.5.23"
@@ -70,17 +70,17 @@ def test_every_row_names_its_evidence():
 
 @pytest.mark.parametrize("impl", ["sglang_router", "smg"])
 @pytest.mark.parametrize("inventory", ["inventories/sandbox", "inventories/rtxpro6000-8x"])
-def test_the_shipped_inventories_plan_inside_the_table_with_either_router(topology, inventory, impl):  # noqa: F811
+def test_the_shipped_inventories_plan_inside_the_table_with_either_router(topology, inventory, impl):
     assert preflight(topology, inventory=inventory, extra={"sglang_router_impl": impl}) == []
 
 
 @pytest.mark.parametrize("release", ["0.1.0", "0.2.0", "0.2.1"])
-def test_each_release_of_the_sandbox_simulator_plans_inside_the_table(topology, release):  # noqa: F811
+def test_each_release_of_the_sandbox_simulator_plans_inside_the_table(topology, release):
     packages = ["nvidia-ml-py==13.615.71", f"sglang-pd-sim=={release}", "numpy"]
     assert preflight(topology, extra={"sglang_deps_packages": packages}) == []
 
 
-def test_the_older_smg_release_plans_inside_the_table(topology):  # noqa: F811
+def test_the_older_smg_release_plans_inside_the_table(topology):
     """smg 1.12.0 (the sandbox wheelhouse holds it beside 1.13.0) with the sandbox's simulator 0.1.0: the start of
     the router version change of tests/integration/test_routers.py; the release before it is refused, naming it."""
     older = {"sglang_router_impl": "smg"}
@@ -89,7 +89,7 @@ def test_the_older_smg_release_plans_inside_the_table(topology):  # noqa: F811
     assert any("router smg 1.11.0, engine sglang-pd-sim 0.1.0, nixl 1.5.1" in m for m in refused), refused
 
 
-def test_an_untested_engine_allowed_knowingly_plans(topology):  # noqa: F811
+def test_an_untested_engine_allowed_knowingly_plans(topology):
     packages = ["nvidia-ml-py==13.615.71", "sglang-pd-sim==0.3.0", "numpy"]
     assert preflight(topology, extra={"sglang_deps_packages": packages}) != []
     allowed = {"sglang_deps_packages": packages, "sglang_router_allow_untested_combination": True}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan
 from ansible_collections.disagg.sglang.plugins.module_utils.units import units
-from test_rules import preflight, topology  # noqa: F401 (the fixture)  # pylint: disable=unused-import
+from plan_stages import preflight
 
 REPO = Path(__file__).resolve().parents[2]
 COMPATIBLE = []
@@ -21,7 +21,7 @@ BATCH = 1
 
 
 @pytest.fixture(scope="module")
-def workers(topology):  # noqa: F811
+def workers(topology):
     """The worker specs the sandbox inventory plans on the fake 8-GPU host (one prefill, one decode)."""
     messages, specs = preflight(topology, groups=("prefill", "decode"), with_units=True)
     assert messages == [] and [s["role"] for s in specs] == ["prefill", "decode"]

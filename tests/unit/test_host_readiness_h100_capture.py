@@ -9,7 +9,7 @@ from pathlib import Path
 from ansible_collections.disagg.sglang.plugins.module_utils.host import readiness_look
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import readiness_rules
 
-CAPTURE = Path(__file__).resolve().parent.parent / "fixtures" / "host_readiness" / "h100-vm-2026-12-05"
+CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "host_readiness" / "h100-vm-2026-12-05"
 RAW = json.loads((CAPTURE / "raw.json").read_text())
 FACTS = json.loads((CAPTURE / "facts.json").read_text())
 SMI = (CAPTURE / "smi-q.txt").read_text()

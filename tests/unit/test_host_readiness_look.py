@@ -4,11 +4,13 @@ PCIe box (a GPU behind a switch, one behind a root port whose config space was r
 parser readiness.pci_config_acs on hand-built blobs."""
 
 import os
+from pathlib import Path
 
 import pytest
 from ansible_collections.disagg.sglang.plugins.module_utils.host import readiness, readiness_look
+from samples import H200_VM_GPU
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "host_readiness")
+FIXTURES = str(Path(__file__).resolve().parents[1] / "fixtures" / "host_readiness")
 H200 = os.path.join(FIXTURES, "h200-vm-2026-12-04")
 PARAMS = "/proc/driver/nvidia/params"
 
@@ -153,15 +155,7 @@ def test_the_h200_vm_capture_reads_back_as_its_parsers_read_it(tmp_path):
         "modules": {"nvidia": {}, "nvidia_uvm": mods["nvidia_uvm"], PARAMS: mods[PARAMS]},
         "aspm_policy": None,
         "gpus": {
-            "0000:00:06.0": {
-                "persistence_mode": "Enabled",
-                "bar1_total_mib": 262144,
-                "ecc_mode_current": "Enabled",
-                "max_sm_clock_mhz": 1980,
-                "pcie_gen_current": 5,
-                "pcie_width_current": 16,
-                "bridges": [],
-            }
+            "0000:00:06.0": {**H200_VM_GPU, "bridges": []},
         },
         "acs": {},
         "numa_balancing": 0,

@@ -12,26 +12,14 @@ from huggingface_hub import HfApi, snapshot_download
 from huggingface_hub.errors import HfHubHTTPError, RevisionNotFoundError
 
 from tests.http_client import http
-from tests.sandbox.hubsim import Hub, generate, git_blob_id, start
-
-REPO = "hubsim/tiny-llama"
-TOKEN = "hf_test_token_0123456789"
+from tests.sandbox.hubsim import generate, git_blob_id
+from tests.sandbox.hubsim.testing import REPO, TOKEN
 
 
 def get_json(url):
     status, answer = http("GET", url)
     assert status == 200, answer
     return answer
-
-
-@pytest.fixture
-def hub():
-    revisions = [generate(0), generate(1)]
-    hub = Hub({REPO: revisions}, token=TOKEN)
-    server = start(hub)
-    yield hub, server, revisions
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.fixture
@@ -122,22 +110,17 @@ def test_without_the_token_the_client_gets_nothing(hub, monkeypatch, tmp_path):
     assert stats["unauthorized"] >= 1 and stats["file_bytes"] == 0
 
 
-def test_a_connection_cut_mid_file_is_resumed_with_a_range_and_no_byte_is_sent_twice(token_env, tmp_path):
+def test_a_connection_cut_mid_file_is_resumed_with_a_range_and_no_byte_is_sent_twice(serve_hub, token_env, tmp_path):
     """The client writes what it received in chunks of constants.DOWNLOAD_CHUNK_SIZE (10 MiB; file_download.py
     http_get iterates response.iter_bytes(chunk_size=...)), so it resumes with a Range from the last whole chunk:
     a cut past the first 10 MiB of a 12 MiB shard resumes there and the server sends each byte once."""
     chunk = huggingface_hub.constants.DOWNLOAD_CHUNK_SIZE
     rev = generate(2, shards=1, shard_bytes=chunk + (2 << 20))
     shard = "model-00001-of-00001.safetensors"
-    hub = Hub({REPO: [rev]})
+    hub, server = serve_hub({REPO: [rev]})
     hub.faults["cut"].append({"path": shard, "after": chunk + 500_000})
-    server = start(hub)
-    try:
-        path = snapshot_download(REPO, revision=rev.commit, local_dir=tmp_path / "m", endpoint=server.url)
-        assert files_of(path) == rev.files
-        stats = get_json(server.url + "/hubsim/stats")
-    finally:
-        server.shutdown()
-        server.server_close()
+    path = snapshot_download(REPO, revision=rev.commit, local_dir=tmp_path / "m", endpoint=server.url)
+    assert files_of(path) == rev.files
+    stats = get_json(server.url + "/hubsim/stats")
     # The cut GET sent chunk + 500000 bytes, of which the client kept the first chunk; the ranged GET the rest.
     assert stats["files"][shard] == {"bytes": len(rev.files[shard]) + 500_000, "gets": 2, "ranged": 1}

@@ -6,25 +6,24 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
+from pathlib import Path
 
 import pytest
 from ansible.module_utils import testing
 from ansible_collections.disagg.sglang.plugins.module_utils.model import staging
 from ansible_collections.disagg.sglang.plugins.modules import model_check, model_prune
 from ansible_collections.disagg.sglang.plugins.modules import model_stage as module
+from samples import loopback_server
 
 from tests.http_client import free_port, http
-from tests.sandbox.hubsim import Hub, generate, start
+from tests.sandbox.hubsim.testing import REPO, TOKEN
 
-REPO = "hubsim/tiny-llama"
-COLLECTIONS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".collections")
-TOKEN = "hf_secret_token_for_the_stage_test"
+COLLECTIONS = str(Path(__file__).resolve().parents[2] / ".collections")
 
 
 def http_status(url):
@@ -39,20 +38,20 @@ def http_status(url):
         return None
 
 
+class QuietFiles(SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def serving_directory(path):
+    """A peer host's staged directory PATH over HTTP on loopback; yields its base URL."""
+    return loopback_server(partial(QuietFiles, directory=path))
+
+
 def stats(url):
     status, answer = http("GET", url + "/hubsim/stats")
     assert status == 200
     return answer
-
-
-@pytest.fixture
-def hub():
-    revisions = [generate(0), generate(1)]
-    hub = Hub({REPO: revisions}, token=TOKEN)
-    server = start(hub)
-    yield hub, server, revisions
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.fixture
@@ -263,17 +262,10 @@ def test_a_second_host_stages_from_a_peers_staged_directory_and_the_hub_serves_o
     hub, server, (old, _new) = hub
     rc, first, _raw = stage(capsys, server, old, tmp_path / "host1")
     assert rc == 0
-    handler = partial(SimpleHTTPRequestHandler, directory=first["path"])
-    handler.log_message = lambda *a, **k: None
-    peer = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=peer.serve_forever, daemon=True).start()
-    try:
-        source = {"mirror": f"http://127.0.0.1:{peer.server_address[1]}/", "revision": old.commit,
+    with serving_directory(first["path"]) as peer:
+        source = {"mirror": f"{peer}/", "revision": old.commit,
                   "name": "tiny-llama"}  # fmt: skip
         rc, second, _raw = run(capsys, source=source, models_dir=str(tmp_path / "host2"))
-    finally:
-        peer.shutdown()
-        peer.server_close()
     assert rc == 0, second
     assert second["manifest"] == first["manifest"] and second["bytes_fetched"] == old.total_bytes
     assert files_of(second["path"]) == old.files
@@ -288,17 +280,10 @@ def test_a_copy_resumed_from_a_server_that_ignores_the_range_starts_the_file_aga
     temp = tmp_path / "host2" / f".staging-tiny-llama-{old.commit}"
     temp.mkdir(parents=True)
     (temp / (shard + ".incomplete")).write_bytes(old.files[shard][:300_000])
-    handler = partial(SimpleHTTPRequestHandler, directory=first["path"])
-    handler.log_message = lambda *a, **k: None
-    peer = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=peer.serve_forever, daemon=True).start()
-    try:
-        source = {"mirror": f"http://127.0.0.1:{peer.server_address[1]}/", "revision": old.commit,
+    with serving_directory(first["path"]) as peer:
+        source = {"mirror": f"{peer}/", "revision": old.commit,
                   "name": "tiny-llama", "manifest": first["manifest"]}  # fmt: skip
         rc, second, _raw = run(capsys, source=source, models_dir=str(tmp_path / "host2"))
-    finally:
-        peer.shutdown()
-        peer.server_close()
     assert rc == 0, second
     assert files_of(second["path"]) == old.files
 

@@ -5,23 +5,8 @@ import math
 
 import pytest
 from ansible_collections.disagg.sglang.plugins.module_utils.monitoring import prom_text
-
-LABELS = 'model_name="m",engine_type="prefill",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
-
-
-def page(count, speed_sum, latency_sum, failed=0):
-    return "\n".join(
-        [
-            "# HELP sglang:kv_transfer_speed_gb_s Histogram of KV cache transfer speed in GB/s.",
-            "# TYPE sglang:kv_transfer_speed_gb_s histogram",
-            f'sglang:kv_transfer_speed_gb_s_bucket{{{LABELS},le="+Inf"}} {count}',
-            f"sglang:kv_transfer_speed_gb_s_sum{{{LABELS}}} {speed_sum}",
-            f"sglang:kv_transfer_speed_gb_s_count{{{LABELS}}} {count}",
-            f"sglang:kv_transfer_latency_ms_sum{{{LABELS}}} {latency_sum}",
-            f"sglang:kv_transfer_latency_ms_count{{{LABELS}}} {count}",
-            f"sglang:num_transfer_failed_reqs_total{{{LABELS}}} {failed}",
-        ]
-    )
+from samples import KV_LABELS as LABELS
+from samples import kv_page as page
 
 
 @pytest.mark.parametrize(

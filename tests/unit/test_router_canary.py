@@ -16,7 +16,7 @@ from ansible.module_utils import testing
 from ansible_collections.disagg.sglang.plugins.module_utils.router import router_canary as rc
 from ansible_collections.disagg.sglang.plugins.modules import router_canary as module
 from samples import QuietHandler, loopback_server
-from test_prom_text import page
+from samples import kv_page as page
 
 from tests.http_client import free_port
 

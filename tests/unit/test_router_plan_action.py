@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from ansible_collections.disagg.sglang.plugins.module_utils.units import units
 from inventory_vars import adhoc_module, host_vars
-from test_rules import preflight, topology  # noqa: F401 (the fixture)  # pylint: disable=unused-import
+from plan_stages import preflight
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = "pytest-badinv-1"
 
 
 @pytest.fixture(scope="module")
-def planned(topology):  # noqa: F811
+def planned(topology):
     """The worker specs and the router spec of the sandbox inventory, one host of every role."""
     messages, specs = preflight(topology, with_units=True)
     assert messages == []

@@ -4,7 +4,7 @@ workers - and of no list: exactly the single router of sglang_router_port."""
 
 import pytest
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import router_rules as rr
-from test_rules import preflight, topology  # noqa: F401 (the fixture)  # pylint: disable=unused-import
+from plan_stages import preflight
 
 A = {"name": "router-a", "port": 8001, "prometheus_port": 29001}
 B = {"name": "router-b", "port": 8002, "prometheus_port": 29002}
@@ -77,13 +77,13 @@ def test_no_list_is_the_one_router_of_the_older_variables():
     }
 
 
-def _routers(topology, **extra):  # noqa: F811
+def _routers(topology, **extra):
     messages, specs = preflight(topology, extra=extra, with_units=True)
     assert messages == []
     return [s for s in specs if s["role"] == "router"], [s for s in specs if s["role"] != "router"]
 
 
-def test_the_single_router_inventory_plans_one_router_unit_as_before(topology):  # noqa: F811
+def test_the_single_router_inventory_plans_one_router_unit_as_before(topology):
     routers, _workers = _routers(topology)
     assert len(routers) == 1
     router = routers[0]
@@ -102,7 +102,7 @@ def test_the_single_router_inventory_plans_one_router_unit_as_before(topology): 
     assert differ == {"port", "url", "health_url", "flags", "lines", "systemd", "restart_key"}, differ
 
 
-def test_each_router_instance_is_a_hardened_unit_of_its_own_with_the_same_workers(topology):  # noqa: F811
+def test_each_router_instance_is_a_hardened_unit_of_its_own_with_the_same_workers(topology):
     routers, workers = _routers(topology, sglang_router_instances=[A, B])
     assert [r["unit"] for r in routers] == ["sglang-router-a", "sglang-router-b"]
     assert [(r["port"], r["flags"]["prometheus-port"]) for r in routers] == [(8001, 29001), (8002, 29002)]
@@ -121,7 +121,7 @@ def test_each_router_instance_is_a_hardened_unit_of_its_own_with_the_same_worker
     assert routers[0]["restart_key"] != routers[1]["restart_key"]
 
 
-def test_router_instances_may_hold_their_own_ports_on_a_converged_host(topology):  # noqa: F811
+def test_router_instances_may_hold_their_own_ports_on_a_converged_host(topology):
     """A rerun: the listeners the preflight finds are the router instances' own units, not a conflict."""
     extra = {"sglang_router_instances": [A, B]}
     listeners = {8001: "sglang-router-a.service", 29002: "sglang-router-b.service", 30000: "sglang-prefill0.service"}
@@ -168,7 +168,7 @@ def test_router_instances_haproxy_cannot_front_are_named(lb, instances, expect):
     assert rr.lb_problems("h1", rr.router_instances(instances, PORTS), lb) == expect
 
 
-def test_router_instances_bind_their_instance_host_and_are_haproxys_servers(topology):  # noqa: F811
+def test_router_instances_bind_their_instance_host_and_are_haproxys_servers(topology):
     extra = {"sglang_router_instances": [A, B], "sglang_router_instance_host": "10.1.2.3"}
     routers, _workers = _routers(topology, **extra)
     assert [(r["flags"]["host"], r["url"]) for r in routers] == [("10.1.2.3", "http://10.1.2.3:8001"),

@@ -7,7 +7,7 @@ from pathlib import Path
 import jinja2
 import pytest
 import yaml
-from test_rules import preflight, topology  # noqa: F401 (the fixture)  # pylint: disable=unused-import
+from plan_stages import preflight
 from unit_files import parse_unit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ def render(spec):
 
 
 @pytest.fixture(scope="module")
-def planned(topology):  # noqa: F811
+def planned(topology):
     messages, units = preflight(topology, inventory="inventories/rtxpro6000-8x", with_units=True)
     assert messages == []
     return {spec["unit"]: spec for spec in units}

@@ -3,28 +3,15 @@
 from pathlib import Path
 
 import pytest
-import yaml
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import rules
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.module_utils.units import units
-from samples import INSTANCES
-from samples import SETTINGS as SAMPLE_SETTINGS
+from samples import INSTANCES, PLACEMENT, PROFILE
+from samples import UNIT_SETTINGS as SETTINGS
 
 REPO = Path(__file__).resolve().parents[2]
-PROFILE = yaml.safe_load((REPO / "profiles" / "deepseek_v4_flash_sm120.yml").read_text())
-SETTINGS = {
-    **SAMPLE_SETTINGS,
-    "venv": "/opt/sglang/venv",
-    "server_module": "sglang.launch_server",
-    "numactl_path": "/usr/bin/numactl",
-    "unit_prefix": "sglang-",
-}
 PREFILL = INSTANCES["prefill"]
 DECODE = INSTANCES["decode"]
-PLACEMENT = [
-    {"name": "prefill0", "gpus": [0, 1, 2, 3], "numa_node": 0, "cpus": list(range(32)), "warnings": []},
-    {"name": "decode0", "gpus": [4, 5, 6, 7], "numa_node": 1, "cpus": list(range(32, 64)), "warnings": []},
-]
 
 
 def lines_of(role, instance, **settings):
