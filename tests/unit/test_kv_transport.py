@@ -113,19 +113,22 @@ def test_interleaved_processes_keep_their_rows():
     ]
 
 
+# (lane, protocol) -> its kind
+LANE_KINDS = {
+    ("cuda_ipc/cuda", "zero-copy"): "cuda_ipc",
+    ("tcp/lo", "software emulation"): "tcp",
+    ("tcp/eth0", "multi-frag copy-in"): "tcp",
+    ("rc_mlx5/mlx5_11:1 50% on path0 and 50% on path1", "zero-copy"): "rdma",
+    ("cma/memory", "software emulation"): "emulated",
+    ("cuda_copy/cuda", "copy-in"): "other",
+}
+
+
 @pytest.mark.parametrize(
-    ("lane", "protocol", "kind"),
-    [
-        ("cuda_ipc/cuda", "zero-copy", "cuda_ipc"),
-        ("tcp/lo", "software emulation", "tcp"),
-        ("tcp/eth0", "multi-frag copy-in", "tcp"),
-        ("rc_mlx5/mlx5_11:1 50% on path0 and 50% on path1", "zero-copy", "rdma"),
-        ("cma/memory", "software emulation", "emulated"),
-        ("cuda_copy/cuda", "copy-in", "other"),
-    ],
+    ("lane", "kind"), [pytest.param(*case, id="-".join([*case[0], case[1]])) for case in LANE_KINDS.items()]
 )
-def test_lane_kind(lane, protocol, kind):
-    assert kt.lane_kind(lane, protocol) == kind
+def test_lane_kind(lane, kind):
+    assert kt.lane_kind(*lane) == kind
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,10 @@
 """scrape_targets: the file_sd target groups of a PD deployment, through the filter plugin (table cases)."""
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.disagg.sglang.plugins.filter.monitoring import FilterModule
 from ansible_collections.disagg.sglang.plugins.module_utils.router import lb
@@ -109,37 +111,17 @@ def planned_router(host, bind, url_host, port=29000, path="/metrics"):
             "flags": {"prometheus-host": bind, "prometheus-port": port}, "url": "http://127.0.0.1:8000"}  # fmt: skip
 
 
-PLANNED_CASES = [
-    pytest.param(
-        [planned("mon-1", "prefill0", "prefill", 30000, "0.0.0.0", "127.0.0.1")],
-        [planned_router("mon-1", "0.0.0.0", "127.0.0.1")],
-        {"mon-1": "10.213.0.10"},
-        ["10.213.0.10:30000", "10.213.0.10:29000"],
-        id="one-host-bound-to-all-addresses-scraped-at-its-address",
-    ),
-    pytest.param(
-        [planned("demo-1", "prefill0", "prefill", 30000, "127.0.0.1", "127.0.0.1")],
-        [planned_router("demo-1", "127.0.0.1", "127.0.0.1")],
-        {"demo-1": "10.213.0.2"},
-        ["127.0.0.1:30000", "127.0.0.1:29000"],
-        id="one-host-bound-to-loopback-stays-on-loopback",
-    ),
-    pytest.param(
-        [planned("gpu1", "decode0", "decode", 30001, "0.0.0.0", "10.0.0.11")],
-        [planned_router("gw", "0.0.0.0", "127.0.0.1")],
-        {},
-        ["10.0.0.11:30001", "gw:29000"],
-        id="multi-host-worker-at-its-advertise-url-router-at-its-inventory-name",
-    ),
-]  # fmt: skip
+PLANNED_CASES = yaml.safe_load((Path(__file__).parent / "scrape_target_cases.yml").read_text())
 
 
-@pytest.mark.parametrize(("workers", "routers", "addresses", "expect"), PLANNED_CASES)
-def test_targets_from_the_planned_unit_specs(workers, routers, addresses, expect):
-    got = scrape_targets(workers, routers, "c", addresses)
-    assert [g["targets"][0] for g in got] == expect
-    assert got[0]["labels"] == {"cluster": "c", "role": workers[0]["role"], "instance": workers[0]["name"],
-                                "host": workers[0]["host"], "gpus": "0", "numa_node": "0"}  # fmt: skip
+@pytest.mark.parametrize("name", PLANNED_CASES)
+def test_targets_from_the_planned_unit_specs(name):
+    case = PLANNED_CASES[name]
+    worker = planned(*case["worker"])
+    got = scrape_targets([worker], [planned_router(*case["router"])], "c", case["addresses"])
+    assert [g["targets"][0] for g in got] == case["targets"]
+    assert got[0]["labels"] == {"cluster": "c", "role": worker["role"], "instance": worker["name"],
+                                "host": worker["host"], "gpus": "0", "numa_node": "0"}  # fmt: skip
 
 
 def test_a_metrics_path_other_than_metrics_is_kept():
