@@ -92,8 +92,8 @@ print(v)'), $(.venv-oldest/bin/python -V)"
 
 # The tests of the test doubles and tools (the engine simulator, the hub simulator, the load client, HAProxy's stats
 # reader: about 150 s of the 330) import no ansible-core and run once, on .venv: the oldest run is for the collection.
-OLDEST_SKIPS=(--ignore-glob='tests/unit/test_pdsim_*.py' --ignore=tests/unit/test_hubsim.py
-  --ignore=tests/unit/test_load_client.py --ignore=tests/unit/test_haproxy_stat.py)
+OLDEST_SKIPS=(--ignore-glob='tests/sandbox/pdsim/tests/test_pdsim_*.py' --ignore=tests/sandbox/hubsim/tests/test_hubsim.py
+  --ignore=tests/sandbox/tests/test_load_client.py --ignore=tests/sandbox/tests/test_haproxy_stat.py)
 
 run_oldest_units() {
   oldest run_pytest B-oldest tests/unit "${OLDEST_SKIPS[@]}" -p no:cacheprovider --basetemp="${TMPDIR:-/tmp}/disagg-test-oldest"

@@ -1,6 +1,6 @@
 """The preflight's stages on an inventory's variables, as roles/*/tasks/plan.yml run them on a host: dependency lists,
 the variable table, the profile, the host plan, the PD contract, the router plan. `preflight` returns the messages
-of the first stage that fails (tests/unit/test_rules.py runs every bad-inventory row through it)."""
+of the first stage that fails (tests/unit/plan/test_rules.py runs every bad-inventory row through it)."""
 
 from pathlib import Path
 

@@ -25,7 +25,7 @@ SETTINGS = {
 
 
 # The worker units' inputs besides the instances: the shipped profile, a placement on the 8-GPU host, what the role
-# passes (tests/unit/test_units.py renders them).
+# passes (tests/unit/units/test_units.py renders them).
 PROFILE = yaml.safe_load((REPO / "profiles" / "deepseek_v4_flash_sm120.yml").read_text())
 UNIT_SETTINGS = {
     **SETTINGS,

@@ -15,7 +15,7 @@ sglang/srt/observability/metrics_collector.py in the sglang 0.5.23 wheel:
 engine_type is DisaggregationMode.to_engine_type (sglang/srt/disaggregation/utils.py): prefill, decode,
 unified. Only the stats-logging rank (attn tp rank 0) exports, so tp_rank is "0".
 /metrics (metrics.py) exists only with --enable-metrics. The list of what is exported:
-tests/fixtures/metrics/sglang-0.5.23-metrics.txt (kept in sync by tests/unit/test_pdsim_metrics.py).
+tests/fixtures/metrics/sglang-0.5.23-metrics.txt (kept in sync by tests/sandbox/pdsim/tests/test_pdsim_metrics.py).
 """
 
 from __future__ import annotations
