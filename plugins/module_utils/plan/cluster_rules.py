@@ -4,7 +4,7 @@
 
 Pure functions returning messages (each names the variable and the fix), plus the two socket probes the
 address_check module runs on a host (`bind_outcome`, `connect_outcome`), with the socket calls injectable so
-the tables in tests/unit/plan/test_cluster_rules.py run without a network.
+the tables in tests/unit/test_cluster_rules.py run without a network.
 """
 
 import errno

@@ -11,7 +11,7 @@ deps/venvs.engine_of) and the NIXL that sglang_deps_packages_nodeps (or sglang_d
 row of TESTED holds is refused, naming it and sglang_router_allow_untested_combination, which runs it knowingly.
 
 Each row: every router of `routers` with every engine of `engines` and every NIXL of `nixl` is tested, with the
-evidence. tests/unit/plan/test_compat_rules.py checks that every inventory this repository ships, and the sandbox's
+evidence. tests/unit/test_compat_rules.py checks that every inventory this repository ships, and the sandbox's
 simulator releases, plan inside the table.
 """
 

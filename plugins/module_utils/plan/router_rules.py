@@ -8,8 +8,8 @@ unit template, every one with the same worker list (plan.router_plans). Empty (t
 the older variables: one instance named router (unit sglang-router) on sglang_router_port and
 sglang_router_prometheus_port, so an inventory without the list plans exactly what it planned before.
 
-Pure functions returning messages, each naming the variable and the fix; tests/unit/plan/test_router_rules.py holds
-their table, tests/cases/bad_inventories.yml a row for each.
+Pure functions returning messages, each naming the variable and the fix; tests/unit/test_router_rules.py holds their
+table, tests/cases/bad_inventories.yml a row for each.
 """
 
 from ansible_collections.disagg.sglang.plugins.module_utils.plan.rules import NAME, port_ok

@@ -4,7 +4,7 @@
 
 Each function takes plain data (inventory values, a profile, unit specs) and returns a list of messages, empty
 when the input is good. A message names the variable to change and how. The plan (plan.py) calls them in the
-preflight play; each role shows the messages in one assert. tests/unit/plan/test_rules.py holds their table.
+preflight play; each role shows the messages in one assert. tests/unit/test_rules.py holds their table.
 """
 
 import re

@@ -27,7 +27,7 @@ The retirement of instances the inventory no longer has (retire_all, roles/sglan
 takes the same drain, then stops and disables each unit and removes its unit file, environment file and record: one
 drain for both paths that take an instance out of the router.
 
-The fetch, runner, sleep and clock are injected: tests/unit/units/test_batch_restart.py.
+The fetch, runner, sleep and clock are injected: tests/unit/test_batch_restart.py.
 """
 
 import time
@@ -40,7 +40,7 @@ POLL = 0.25  # seconds between two readings of a draining instance's metrics or 
 # say 0 as its last request's result is processed, some milliseconds before the HTTP answer leaves the tokenizer
 # manager (and on a loaded host longer); a request the router chose just before the worker left its listing is
 # still on its way and in no queue yet. Both show up within this window, as a count or as the HTTP request SIGTERM
-# would find in flight (tests/sandbox/pdsim/tests/test_pdsim_gauges.py).
+# would find in flight (tests/unit/test_pdsim_gauges.py).
 QUIET = 1.0
 
 
