@@ -10,7 +10,7 @@ that show it.
   * docs/variables.md: every variable with its role and range.
 
     python3 scripts/gen_variables.py          write them
-    python3 scripts/gen_variables.py --check  exit 1 naming the stale files (tests/unit/test_variables.py does too)
+    python3 scripts/gen_variables.py --check  exit 1 naming the stale files (tests/unit/plan/test_variables.py does too)
 
 A new variable is one row of the table and, where it has one, its default in the role's defaults/main.yml; the test
 fails when a default and the table disagree (a default without a row, a row without a default nor `required`).

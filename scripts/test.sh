@@ -90,13 +90,10 @@ print(v)'), $(.venv-oldest/bin/python -V)"
   PATH="$PWD/.venv-oldest/bin:$PATH" "$@"
 }
 
-# The tests of the test doubles and tools (the engine simulator, the hub simulator, the load client, HAProxy's stats
-# reader: about 150 s of the 330) import no ansible-core and run once, on .venv: the oldest run is for the collection.
-OLDEST_SKIPS=(--ignore-glob='tests/unit/test_pdsim_*.py' --ignore=tests/unit/test_hubsim.py
-  --ignore=tests/unit/test_load_client.py --ignore=tests/unit/test_haproxy_stat.py)
-
+# The oldest run is for the collection: tests/unit. The tests of the test doubles and tools (the engine simulator, the
+# hub simulator, the load client, HAProxy's stats reader) live beside them under tests/sandbox and run once, on .venv.
 run_oldest_units() {
-  oldest run_pytest B-oldest tests/unit "${OLDEST_SKIPS[@]}" -p no:cacheprovider --basetemp="${TMPDIR:-/tmp}/disagg-test-oldest"
+  oldest run_pytest B-oldest tests/unit -p no:cacheprovider --basetemp="${TMPDIR:-/tmp}/disagg-test-oldest"
 }
 
 run_oldest_converge() {

@@ -10,7 +10,8 @@ Writes into OUTDIR:
   smi-q.txt      the `nvidia-smi -q` text it parsed
   findings.json  readiness_rules.findings of this host for a prefill and a decode worker on its GPUs (every GPU
                  both roles' where it has one), and the wall time of the look
-tests/unit/test_host_readiness_look.py rebuilds the root from raw.json and checks the reader gives facts.json again.
+tests/unit/host/test_host_readiness_look.py rebuilds the root from raw.json and checks the reader gives facts.json
+again.
 """
 
 import builtins

@@ -37,7 +37,8 @@ DECODE_INSTANCES = {
 # After its drain a worker stops as sglang's does (ShutdownReq, then the scheduler's exit) but its scheduler exits in
 # 5 s, not the double's default 15 s (sglang's bound, _SCHEDULER_EXIT_TIMEOUT_SECS): the scenarios restart about 35
 # workers, and the full 15 s would cost CI about 6 more minutes. The stop timeout against the full 15 s is exercised by
-# the one-host sandbox modules (test_site, test_faults: the double's default) and tests/unit/test_pdsim_drain.py.
+# the one-host sandbox modules (test_site, test_faults: the double's default) and
+# tests/sandbox/pdsim/tests/test_pdsim_drain.py.
 SCHEDULER_EXIT_S = 5
 ENGINE_STOP_ENV = {"SGLANG_SIM_SCHEDULER_EXIT": str(SCHEDULER_EXIT_S)}
 # Settings of the test run (not of the example): sglang_restart_sec at its production value (the role's default),

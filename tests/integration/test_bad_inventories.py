@@ -66,7 +66,7 @@ class Case:
 
 
 # The rows of tests/cases/bad_inventories.yml marked sandbox: true (every row also runs as a unit test of the
-# rules in tests/unit/test_rules.py).
+# rules in tests/unit/plan/test_rules.py).
 CASES = [
     Case(
         id=row["id"],

@@ -144,7 +144,7 @@ class Launcher:
         # collection waits on them (the load and warm-up themselves: test_sim_health_503_while_loading_then_200).
         # teardown's SIGTERM: a short watchdog period (sglang: 5 s) and a scheduler that exits at once after the drain
         # (sglang: up to 15 s, the double's default): these tests are of the routers and time no engine shutdown
-        # (tests/unit/test_pdsim_drain.py does)
+        # (tests/sandbox/pdsim/tests/test_pdsim_drain.py does)
         env = {"SGLANG_SIM_DRAIN_POLL": "0.1", "SGLANG_SIM_SCHEDULER_EXIT": "0", **(env or {})}
         if role == "prefill":
             ports["bootstrap"] = free_port()

@@ -1,7 +1,7 @@
 """What the monitoring tests share: Debian's Prometheus binaries (installed when missing), the expressions of the
 dashboard and of the rendered alert rules, and the metric names they use.
 
-Used by tests/unit/test_monitoring_role.py and tests/integration/test_monitoring.py.
+Used by tests/unit/monitoring/test_monitoring_role.py and tests/integration/test_monitoring.py.
 """
 
 import json

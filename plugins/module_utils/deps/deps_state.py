@@ -1,7 +1,7 @@
 # Copyright: disagg.sglang contributors
 # Apache License 2.0 (see galaxy.yml)
 """What the deps role finds on a host before it builds anything, in one call (a run that changes nothing
-asks pip nothing). Pure functions over an injected command runner and file reader; tests/unit/test_deps_state.py.
+asks pip nothing). Pure functions over an injected command runner and file reader; tests/unit/deps/test_deps_state.py.
 
     venv_state(venv, run, read, exists, untouched)
                                     {python, whole, checked, problems}: a planned venv is whole when its Python

@@ -2,7 +2,7 @@
 # Apache License 2.0 (see galaxy.yml)
 """The two socket probes a host runs for the address checks (plugins/modules/address_check.py, host_look): can a
 listener bind an address of this host, and does a TCP connect to a worker's address get an answer. The socket calls
-are injectable, so the tables in tests/unit/test_cluster_rules.py run without a network; the rules that word their
+are injectable, so the tables in tests/unit/plan/test_cluster_rules.py run without a network; the rules that word their
 outcomes are plan/cluster_rules.py's.
 """
 

@@ -2,7 +2,7 @@
 # Apache License 2.0 (see galaxy.yml)
 """What the preflight reads on one host, in one module run (plugins/modules/host_look.py): the paths the units rely
 on, the records of the units deployed there, the programs that listen on TCP ports, and whether the workers'
-addresses can be bound there. Read-only; every root is injectable so tests/unit/test_host_look.py runs on a temp
+addresses can be bound there. Read-only; every root is injectable so tests/unit/host/test_host_look.py runs on a temp
 tree.
 """
 

@@ -5,7 +5,7 @@ readiness.py. Reads only: nothing here writes or changes anything on the host.
 
 The root is the host's `/` (the same root as gpu_topology's sysfs_root: the sandbox keeps a fake one under
 /opt/fakegpu/sysroot); the command runner is injected (AnsibleModule.run_command in the modules host_readiness and
-host_look, a fake in tests/unit/test_host_readiness_look.py).
+host_look, a fake in tests/unit/host/test_host_readiness_look.py).
 
 The facts, which plan/readiness_rules.py reads (keep the keys):
   root            the root read

@@ -3,7 +3,8 @@
 """The model revision across the deployment: prefill and decode must load one revision of the model.
 
 A pure function over the planned worker specs of every host (their model_revision and model_path), returning
-messages; the deployment's plan (plan.pd_problems) calls it. tests/unit/test_model_revision_rule.py holds its table.
+messages; the deployment's plan (plan.pd_problems) calls it. tests/unit/model/test_model_revision_rule.py holds its
+table.
 """
 
 

@@ -3,7 +3,7 @@
 """Rules of a deployment over several hosts: worker API keys, advertise addresses, reachability and the retire check.
 
 Pure functions returning messages (each names the variable and the fix). The socket probes whose outcomes they word
-run on the hosts (host/address_probes.py); tests/unit/test_cluster_rules.py holds the tables.
+run on the hosts (host/address_probes.py); tests/unit/plan/test_cluster_rules.py holds the tables.
 """
 
 from ansible_collections.disagg.sglang.plugins.module_utils.host.address_probes import REACHABLE

@@ -14,7 +14,7 @@ names neither. A combination no row of TESTED holds is refused, naming it and
 sglang_router_allow_untested_combination, which runs it knowingly.
 
 Each row: every router of `routers` with every engine of `engines` and every NIXL of `nixl` is tested, with the
-evidence. tests/unit/test_compat_rules.py checks that every inventory this repository ships, and the sandbox's
+evidence. tests/unit/plan/test_compat_rules.py checks that every inventory this repository ships, and the sandbox's
 simulator releases, plan inside the table.
 """
 

@@ -6,8 +6,8 @@ shutdown grace against the unit's stop timeout.
 The flag tables themselves ({variable: flag} for each router: sglang_flags.ROUTER_FLAGS for sglang-router,
 sglang_flags.SMG_FLAGS for SMG, sglang_flags.ROUTER_FLAG_ALIASES for their other spellings, and ROUTER_IMPLS, which
 picks a table per sglang_router_impl) stand beside the worker flags in units/sglang_flags.py, which renders them into
-the router's command line. These rules read them; tests/unit/test_router_rules.py and tests/cases/bad_inventories.yml
-trip each.
+the router's command line. These rules read them; tests/unit/plan/test_router_rules.py and
+tests/cases/bad_inventories.yml trip each.
 """
 
 from ansible_collections.disagg.sglang.plugins.module_utils.plan.rules import (

@@ -13,8 +13,8 @@ Also here: router_problems (workers to route to, its own listeners), router_pack
 the router sglang_router_impl names, and not the other one). The rules on the router's flags (sglang-router's and
 SMG's tables) are router_flag_rules.py's; the tested router/engine/NIXL combinations compat_rules.py's.
 
-Pure functions returning messages, each naming the variable and the fix; tests/unit/test_router_rules.py holds their
-table, tests/cases/bad_inventories.yml a row for each.
+Pure functions returning messages, each naming the variable and the fix; tests/unit/plan/test_router_rules.py holds
+their table, tests/cases/bad_inventories.yml a row for each.
 """
 
 from ansible_collections.disagg.sglang.plugins.module_utils.deps.deps_rules import requirement_name

@@ -22,7 +22,7 @@ Do not belong here (each has its file, named for its concern):
 
 Each function takes plain data (inventory values, a profile, unit specs) and returns a list of messages, empty
 when the input is good. A message names the variable to change and how. The plan (plan.py) calls them in the
-preflight play; each role shows the messages in one assert. tests/unit/test_rules.py runs every row of
+preflight play; each role shows the messages in one assert. tests/unit/plan/test_rules.py runs every row of
 tests/cases/bad_inventories.yml through them.
 """
 

@@ -8,9 +8,9 @@ disagg.sglang.host_plan, whose `variables` names the roles), before anything on 
 its own checks its own in its first task (the action disagg.sglang.check_variables). Rules that relate two variables
 (the drain below the stop timeout), or look inside a structured one (instances, packages, flags, secrets, the
 account), are the rule modules' (rules.py's header lists them); this table checks each variable on its own.
-tests/unit/test_variables.py fails when a role's argument specs name a variable this table lacks, when the two disagree
-on its type or choices, and when a numeric variable has no range; each role's meta/argument_specs.yml (the options of
-these variables: type, choices, description) and docs/variables.md are written from this table by `python3
+tests/unit/plan/test_variables.py fails when a role's argument specs name a variable this table lacks, when the two
+disagree on its type or choices, and when a numeric variable has no range; each role's meta/argument_specs.yml (the
+options of these variables: type, choices, description) and docs/variables.md are written from this table by `python3
 scripts/gen_variables.py`, and the test fails when they are stale.
 """
 

@@ -8,7 +8,7 @@ has, and by the router play (the running router's list made the planned one, wit
 every router of a host at once (converge_all; a deployment of several routers), and by the run's end check
 (consistency_problems: every router lists exactly the planned workers, each healthy). Pure decisions
 (changes, settled) plus one loop whose HTTP calls, sleep and clock are injected, so every outcome is tested
-without a router (tests/unit/test_router_api.py).
+without a router (tests/unit/router/test_router_api.py).
 
 sglang-router 0.3.2 (the sglang_router package's Rust server, src/server.rs and src/routers/http/pd_router.rs):
 GET /workers answers {"workers": [{"id", "url", "worker_type", "is_healthy", ...}], ...}; POST /workers with

@@ -3,7 +3,7 @@
 """The router's canary in one call (it was five remote module runs): every worker's /metrics read, one
 request per API route the router serves, the /metrics read again, and the KV transfers the workers counted in
 between (prom_text.kv_transfer_report). One loop whose HTTP calls, sleep and clock are injected, so every outcome is
-tested without a router (tests/unit/test_router_canary.py).
+tested without a router (tests/unit/router/test_router_canary.py).
 
 The routes (ROUTES, in order; a deploy that serves only /generate is not serving): sglang's native
 POST /generate ({"text", "sampling_params"}, answered {"text", "meta_info"}), GET /v1/models (its first model's id

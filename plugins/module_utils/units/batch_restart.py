@@ -23,7 +23,7 @@ The retirement of instances the inventory no longer has (retire_all, roles/sglan
 takes the same drain (drain.py), then stops and disables each unit and removes its unit file, environment file and
 record: one drain for both paths that take an instance out of the router.
 
-The fetch, runner, sleep and clock are injected: tests/unit/test_batch_restart.py.
+The fetch, runner, sleep and clock are injected: tests/unit/units/test_batch_restart.py.
 """
 
 import time

@@ -10,7 +10,8 @@ drain_timeout seconds pass. Both are snapshots sglang publishes (prom_text.in_fl
 to 40 decode passes while a request runs, its load snapshot is fresher (every 15 decode passes, 50 ms while work
 waits without a batch), so a 0 counts only when both say so.
 
-The fetch, sleep and clock are injected: tests/unit/test_batch_restart.py, tests/unit/test_pdsim_gauges.py.
+The fetch, sleep and clock are injected: tests/unit/units/test_batch_restart.py,
+tests/sandbox/pdsim/tests/test_pdsim_gauges.py.
 """
 
 from ansible_collections.disagg.sglang.plugins.module_utils.monitoring import prom_text
@@ -21,7 +22,7 @@ POLL = 0.25  # seconds between two readings of a draining instance's metrics or 
 # say 0 as its last request's result is processed, some milliseconds before the HTTP answer leaves the tokenizer
 # manager (and on a loaded host longer); a request the router chose just before the worker left its listing is
 # still on its way and in no queue yet. Both show up within this window, as a count or as the HTTP request SIGTERM
-# would find in flight (tests/unit/test_pdsim_gauges.py).
+# would find in flight (tests/sandbox/pdsim/tests/test_pdsim_gauges.py).
 QUIET = 1.0
 
 

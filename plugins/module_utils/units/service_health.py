@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The health wait with stall recognition (stall.py): is a systemd unit's service healthy, did it fail or restart,
 has it stalled, or is the time up. Pure functions plus one loop whose systemctl runner, HTTP fetch, sleep and clock
-are injected, so every outcome is tested without a host (tests/unit/test_service_health.py).
+are injected, so every outcome is tested without a host (tests/unit/units/test_service_health.py).
 
 Every wait ends on the clock: a deadline (the whole wait's, fixed when it began, passed to each call of the role's
 until loop: roles/sglang/tasks/health_wait.yml) and, within one call, a window of `wait` seconds for a progress line.

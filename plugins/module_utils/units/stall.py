@@ -9,7 +9,7 @@ warms up /health answers 503 at once (server status Starting; a SIGTERM likewise
 (health_generate sleeps 1 s, then looks for scheduler output); a stalled scheduler's /health answers nothing until
 SGLANG_HEALTH_CHECK_TIMEOUT (20 s) and then 503. So an answer that does not come within the probe's timeout, or a
 non-200 answer that took longer than QUICK seconds, is the scheduler's silence; silence lasting stall_timeout seconds
-is a stall (a load or a warm-up never looks like it). Tested in tests/unit/test_service_health.py.
+is a stall (a load or a warm-up never looks like it). Tested in tests/unit/units/test_service_health.py.
 """
 
 # seconds: sglang answers its 503s of Starting and SIGTERM before any sleep (http_server.py health_generate); its only

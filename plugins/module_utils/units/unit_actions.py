@@ -2,7 +2,7 @@
 # Apache License 2.0 (see galaxy.yml)
 """What the units step asks systemd to do for the units of one host, in one call (one read of every unit's
 state instead of a reset-failed, a restart and a start-and-enable task per unit). Pure decisions over the state
-systemd reports, and one loop with an injected runner; tests/unit/test_unit_actions.py.
+systemd reports, and one loop with an injected runner; tests/unit/units/test_unit_actions.py.
 
     parse_show(text)             {name: {LoadState, ActiveState, SubState, UnitFileState}} from `systemctl show`
     plan(states, units, restart) {name: [actions]}: what each unit needs

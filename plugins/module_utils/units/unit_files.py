@@ -2,7 +2,7 @@
 # Apache License 2.0 (see galaxy.yml)
 """The files of a host's units written in one call (one module run instead of a template, a copy and two
 directories per unit): each unit's environment file (secrets), unit file and record. Tested with a temp dir in
-tests/unit/test_unit_files.py.
+tests/unit/units/test_unit_files.py.
 
     write(files, dirs, check, fs, absent)
                                     {files: [{path, kind, unit, changed, backup_file?}], diff, removed, changed}

@@ -1,6 +1,6 @@
 """The accuracy gate of playbooks/accuracy.yml: GSM8K answers scored, a verdict, a report (controller side).
 
-Pure functions (table-tested in tests/unit/test_accuracy.py) and a command line the tasks run with the
+Pure functions (table-tested in tests/unit/bench/test_accuracy.py) and a command line the tasks run with the
 controller's Python:
 
 accuracy.py step  RUN_DIR STEP_OUTPUT.json --index I --total T

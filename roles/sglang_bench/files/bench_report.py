@@ -1,7 +1,7 @@
 """Benchmark results of disagg.sglang: normalization, server metrics, comparison, the report page.
 
 Pure functions (standard library only), run on the controller by bench_tool.py and tested by
-tests/unit/test_bench_report.py. /metrics pages are read by the collection's one Prometheus text parser,
+tests/unit/bench/test_bench_report.py. /metrics pages are read by the collection's one Prometheus text parser,
 plugins/module_utils/monitoring/prom_text.py (standard library only too). Two real clients feed it:
 
 - AIPerf (profile_export_aiperf.json, schema 1.x): its `inter_token_latency` is per-request

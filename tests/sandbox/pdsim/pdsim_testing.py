@@ -1,4 +1,5 @@
-"""Run simulators as subprocesses on loopback for tests (tests/unit/test_pdsim_*.py). Not part of the wheel.
+"""Run simulators as subprocesses on loopback for tests (tests/sandbox/pdsim/tests/test_pdsim_*.py). Not part of the
+wheel.
 
 Every wait is bounded; every process started is stopped by `SimPool.close()` (SIGKILL after a grace).
 """

@@ -15,10 +15,12 @@ sglang/srt/observability/metrics_collector.py in the sglang 0.5.23 wheel:
 engine_type is DisaggregationMode.to_engine_type (sglang/srt/disaggregation/utils.py): prefill, decode,
 unified. Only the stats-logging rank (attn tp rank 0) exports, so tp_rank is "0".
 /metrics (metrics.py) exists only with --enable-metrics. The list of what is exported:
-tests/fixtures/metrics/sglang-0.5.23-metrics.txt (kept in sync by tests/unit/test_pdsim_metrics.py).
+tests/fixtures/metrics/sglang-0.5.23-metrics.txt (kept in sync by tests/sandbox/pdsim/tests/test_pdsim_metrics.py).
 """
 
 from __future__ import annotations
+
+from importlib import resources
 
 from sglang_pd_sim.promtext import Registry
 
@@ -38,84 +40,32 @@ KV_LATENCY_MS_BUCKETS = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000]
 KV_TOTAL_MB_BUCKETS = [1, 5, 10, 50, 100, 500, 1000, 5000, 10000]
 
 
-# (attribute, type, name, label set, buckets, HELP), in metrics_collector.py's order. Label sets: "tok" =
-# tokenizer_metric_labels(), "tok+stream" = those + is_streaming, "sched" = the scheduler collector's labels.
-SERIES = [
-    # TokenizerMetricsCollector
-    ("prompt_tokens", "counter", "sglang:prompt_tokens_total", "tok+stream", None,
-     "Number of prefill tokens processed."),
-    ("generation_tokens", "counter", "sglang:generation_tokens_total", "tok+stream", None,
-     "Number of generation tokens processed."),
-    ("prompt_tokens_hist", "histogram", "sglang:prompt_tokens_histogram", "tok", TOKENS_BUCKETS,
-     "Histogram of prompt token length."),
-    ("uncached_prompt_tokens_hist", "histogram", "sglang:uncached_prompt_tokens_histogram", "tok", TOKENS_BUCKETS,
-     "Histogram of uncached (compute) prompt token length."),
-    ("generation_tokens_hist", "histogram", "sglang:generation_tokens_histogram", "tok", TOKENS_BUCKETS,
-     "Histogram of generation token length."),
-    ("num_requests", "counter", "sglang:num_requests_total", "tok+stream", None, "Number of requests processed."),
-    ("num_aborted", "counter", "sglang:num_aborted_requests_total", "tok", None, "Number of requests aborted."),
-    ("ttft", "histogram", "sglang:time_to_first_token_seconds", "tok+stream", TTFT_BUCKETS,
-     "Histogram of time to first token in seconds."),
-    ("itl", "histogram", "sglang:inter_token_latency_seconds", "tok", ITL_BUCKETS,
-     "Histogram of inter-token latency in seconds."),
-    ("tpot", "histogram", "sglang:request_time_per_output_token_seconds", "tok+stream", ITL_BUCKETS,
-     "Per-request TPOT in seconds: (finished_time - first_token_time) / (completion_tokens - 1)."),
-    ("e2e", "histogram", "sglang:e2e_request_latency_seconds", "tok+stream", E2E_BUCKETS,
-     "Histogram of End-to-end request latency in seconds"),
-    # SchedulerMetricsCollector: basics and the KV pool
-    ("num_running_reqs", "gauge", "sglang:num_running_reqs", "sched", None, "The number of running requests."),
-    ("num_queue_reqs", "gauge", "sglang:num_queue_reqs", "sched", None, "The number of requests in the waiting queue."),
-    ("gen_throughput", "gauge", "sglang:gen_throughput", "sched", None, "The generation throughput (token/s)."),
-    ("cache_hit_rate", "gauge", "sglang:cache_hit_rate", "sched", None, "The prefix cache hit rate."),
-    ("token_usage", "gauge", "sglang:token_usage", "sched", None, "The token usage."),
-    ("num_used_tokens", "gauge", "sglang:num_used_tokens", "sched", None, "The number of used tokens."),
-    ("kv_available_tokens", "gauge", "sglang:kv_available_tokens", "sched", None,
-     "Number of free token slots in the KV cache pool."),
-    ("kv_used_tokens", "gauge", "sglang:kv_used_tokens", "sched", None,
-     "Number of actively used token slots in the KV cache pool."),
-    # SchedulerMetricsCollector: PD disaggregation
-    ("prefill_bootstrap_queue", "gauge", "sglang:num_prefill_bootstrap_queue_reqs", "sched", None,
-     "The number of requests in the prefill bootstrap queue."),
-    ("prefill_inflight_queue", "gauge", "sglang:num_prefill_inflight_queue_reqs", "sched", None,
-     "The number of requests in the prefill inflight queue."),
-    ("decode_prealloc_queue", "gauge", "sglang:num_decode_prealloc_queue_reqs", "sched", None,
-     "The number of requests in the decode prealloc queue."),
-    ("decode_transfer_queue", "gauge", "sglang:num_decode_transfer_queue_reqs", "sched", None,
-     "The number of requests in the decode transfer queue."),
-    ("kv_transfer_speed", "histogram", "sglang:kv_transfer_speed_gb_s", "sched", KV_SPEED_BUCKETS,
-     "Histogram of KV cache transfer speed in GB/s."),
-    ("kv_transfer_latency", "histogram", "sglang:kv_transfer_latency_ms", "sched", KV_LATENCY_MS_BUCKETS,
-     "Histogram of KV cache transfer latency in ms."),
-    ("bootstrap_failed", "counter", "sglang:num_bootstrap_failed_reqs_total", "sched", None,
-     "The number of bootstrap failed requests."),
-    ("transfer_failed", "counter", "sglang:num_transfer_failed_reqs_total", "sched", None,
-     "The number of transfer failed requests."),
-    ("kv_transfer_total_mb", "histogram", "sglang:kv_transfer_total_mb", "sched", KV_TOTAL_MB_BUCKETS,
-     "Histogram of KV cache transfer size in MB."),
-    # SchedulerMetricsCollector: request latency, then the memory / capacity gauges
-    ("queue_time", "histogram", "sglang:queue_time_seconds", "sched", QUEUE_BUCKETS,
-     "Histogram of queueing time in seconds."),
-    ("max_total_num_tokens", "gauge", "sglang:max_total_num_tokens", "sched", None,
-     "Maximum total number of tokens in the KV cache pool."),
-]  # fmt: skip
-
-# Where each series shows up (the others: every role). "unified" is --disaggregation-mode null.
-ROLES = {
-    "sglang:time_to_first_token_seconds": ("decode", "unified"),
-    "sglang:inter_token_latency_seconds": ("decode", "unified"),
-    "sglang:request_time_per_output_token_seconds": ("decode", "unified"),
-    "sglang:num_prefill_bootstrap_queue_reqs": ("prefill",),
-    "sglang:num_prefill_inflight_queue_reqs": ("prefill",),
-    "sglang:num_decode_prealloc_queue_reqs": ("decode",),
-    "sglang:num_decode_transfer_queue_reqs": ("decode",),
-    "sglang:kv_transfer_speed_gb_s": ("prefill",),
-    "sglang:kv_transfer_latency_ms": ("prefill",),
-    "sglang:kv_transfer_total_mb": ("prefill",),
-    "sglang:num_bootstrap_failed_reqs_total": ("prefill", "decode"),
-    "sglang:num_transfer_failed_reqs_total": ("prefill", "decode"),
-    "sglang:queue_time_seconds": ("prefill", "unified"),
+BUCKETS = {
+    "TTFT": TTFT_BUCKETS,
+    "E2E": E2E_BUCKETS,
+    "ITL": ITL_BUCKETS,
+    "TOKENS": TOKENS_BUCKETS,
+    "QUEUE": QUEUE_BUCKETS,
+    "KV_SPEED": KV_SPEED_BUCKETS,
+    "KV_LATENCY_MS": KV_LATENCY_MS_BUCKETS,
+    "KV_TOTAL_MB": KV_TOTAL_MB_BUCKETS,
 }
 ALL_ROLES = ("prefill", "decode", "unified")
+SERIES_TSV = "sglang_0_5_23_series.tsv"
+
+
+def _series() -> tuple[list[tuple], dict[str, tuple]]:
+    """SERIES: (attribute, type, name, label set, buckets, HELP) in metrics_collector.py's order; ROLES: where each
+    series shows up, from sglang_0_5_23_series.tsv (its header says what each column holds)."""
+    text = resources.files("sglang_pd_sim").joinpath(SERIES_TSV).read_text(encoding="utf-8")
+    rows = [line.split("\t") for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    header, rows = rows[0], [dict(zip(rows[0], row, strict=True)) for row in rows[1:]]
+    assert header == ["attr", "type", "name", "labels", "buckets", "roles", "help"], header
+    series = [(r["attr"], r["type"], r["name"], r["labels"], BUCKETS.get(r["buckets"]), r["help"]) for r in rows]
+    return series, {r["name"]: tuple(r["roles"].split(",")) for r in rows}
+
+
+SERIES, ROLES = _series()
 
 
 def label_names(label_set: str, dp_size: int = 1) -> list[str]:
@@ -131,7 +81,7 @@ def series_table() -> list[dict]:
             "name": name,
             "type": kind,
             "labels": label_names(labels),
-            "roles": list(ROLES.get(name, ALL_ROLES)),
+            "roles": list(ROLES[name]),
             "help": doc,
         }
         for _attr, kind, name, labels, _buckets, doc in SERIES

@@ -3,8 +3,8 @@
     python tests/sandbox/pdsim/tools/gen_metrics_list.py            # rewrite the file
     python tests/sandbox/pdsim/tools/gen_metrics_list.py --check    # exit 1 when it is out of date
 
-The table lives in sglang_pd_sim/collector.py (SERIES, ROLES), copied by hand from the sglang 0.5.23
-wheel's sglang/srt/observability/metrics_collector.py; tests/unit/test_pdsim_metrics.py runs --check.
+The table lives in sglang_pd_sim/sglang_0_5_23_series.tsv (read by collector.py), copied by hand from the sglang 0.5.23
+wheel's sglang/srt/observability/metrics_collector.py; tests/sandbox/pdsim/tests/test_pdsim_metrics.py runs --check.
 """
 
 from __future__ import annotations
