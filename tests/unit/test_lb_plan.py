@@ -69,6 +69,9 @@ def test_the_rendered_configuration_has_the_public_frontend_the_backend_the_sock
         "server r2 10.0.0.2:8001 check inter 500 fall 3 rise 2",
     ]
     assert "timeout check 500ms" in got["defaults"]
+    # a request a killed router held (no answer byte yet) goes to another router: layer-7 retries on a buffered body
+    assert {"retries 2", "option redispatch 1", "option http-buffer-request",
+            "retry-on conn-failure empty-response"} <= set(got["defaults"])  # fmt: skip
     assert "http-request use-service prometheus-exporter if { path /metrics }" in got["frontend stats"]
     assert "bind 0.0.0.0:8405" in got["frontend stats"]
 

@@ -166,10 +166,16 @@ def haproxy_spec(routers, listen, **overrides):
                 f"timeout client {s['timeout_client_s']}s",
                 f"timeout server {s['timeout_server_s']}s",
                 f"timeout check {s['timeout_check_ms']}ms",
-                # A request whose connection a dead router refused never reached it: send it to another router.
+                # A request a router never answered goes to another router (layer-7 retries, on every attempt
+                # another server: redispatch 1): one whose connection was refused (a dead router), and one whose
+                # connection closed before the first answer byte (a router killed while it held the request).
+                # HAProxy keeps the request to replay it, so the body is read whole first (http-buffer-request); a
+                # request larger than one buffer (tune.bufsize, 16 kB) is never retried. An answer already begun
+                # (a stream) is never replayed: the client sees it cut.
                 "retries 2",
                 "option redispatch 1",
-                "retry-on conn-failure",
+                "option http-buffer-request",
+                "retry-on conn-failure empty-response",
             ],
         },
         {
