@@ -70,6 +70,18 @@ FAILURES = ("hrsp_5xx", "eresp", "srv_abrt", "cli_abrt")
 DETECTION_MARGIN_S = 1.0  # the watch samples every 0.2 s and ssh adds its own delay on a 2-core machine
 
 
+CHAT = {"model": "x", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+GENERATE = {"text": "hi", "sampling_params": {"max_new_tokens": 4}}
+# (route, body, the status HAProxy's public port answers): n > 1 refused at HAProxy (lb.py REFUSE_N_LINE); n: 1 and
+# the text "n": 2 inside a prompt go through to the routers
+N_CASES = (
+    ("/v1/chat/completions", {**CHAT, "n": 2}, "400"),
+    ("/generate", {**GENERATE, "sampling_params": {"n": 2, "max_new_tokens": 4}}, "400"),
+    ("/generate", {**GENERATE, "sampling_params": {"n": 1, "max_new_tokens": 4}}, "200"),
+    ("/generate", {**GENERATE, "text": 'say "n": 2'}, "200"),
+)
+
+
 def failures(output):
     """Each failed task of a playbook's output with the lines after it (the routers' journals it shows are long)."""
     found = [output[max(0, m.start() - 300) : m.start() + 1500] for m in re.finditer(r"fatal: \[|FAILED! =>", output)]
@@ -302,6 +314,19 @@ def test_the_converge_puts_haproxy_in_front_of_two_routers_and_a_rerun_changes_n
     after = stat(HOST1)
     served = {sv: haproxy_stat.counter_delta(snap, after, BACKEND, sv)["stot"] for sv in servers}
     assert all(n > 0 for n in served.values()), served
+    # n > 1, which sglang's PD path cannot serve, is refused by HAProxy at once with a clear error, before any router
+    # (lb.py REFUSE_N_LINE); n: 1 and the text "n": 2 inside a prompt go through
+    for path, body, want in N_CASES:
+        t0 = time.monotonic()
+        sent = shlex.quote(json.dumps(body))
+        answer = on(HOST1, f"curl -s --noproxy '*' -m 30 -w ' %{{http_code}}' -H 'Content-Type: application/json' "
+                           f"-d {sent} {PUBLIC}{path}")  # fmt: skip
+        took = time.monotonic() - t0
+        report(capsys, f"{json.dumps(body)[:80]}: {answer[-200:]} after {took:.2f} s")
+        assert answer.endswith(want) and took < 5.0, (body, answer, took)
+        if want == "400":
+            assert "parallel sampling" in answer, answer
+    assert haproxy_stat.counter_delta(after, stat(HOST1), BACKEND, "BACKEND")["stot"] == 2  # only the n: 1 requests
 
 
 @pytest.fixture(scope="module")
