@@ -525,7 +525,7 @@ def test_router_answers_502_when_decode_is_down(pd_stack, capsys):
 # which waits out the decode's KV wait (sglang: SGLANG_DISAGGREGATION_WAITING_TIMEOUT, sglang_disagg_waiting_timeout,
 # 300 s). Without HAProxy in front, n: 2 ends after attempts x that wait; behind HAProxy (sglang_router_instances) it
 # is refused at once (plugins/module_utils/router/lb.py REFUSE_N_LINE, tests/integration/test_routers.py).
-N2_ATTEMPTS = {"sglang_router": 5, "smg": None}
+N2_ATTEMPTS = {"sglang_router": 5, "smg": 5}
 
 
 @pytest.mark.parametrize("router_impl", ["sglang_router", "smg"])
