@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from pathlib import Path
 import openai
 import pytest
 import sglang_router
+import yaml
 
 ROUTER_VERSION = sglang_router.__version__  # the real router's package: missing, the module fails (never skipped)
 PDSIM_SRC = Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"
@@ -151,17 +153,20 @@ class Launcher:
             argv += ["--disaggregation-bootstrap-port", str(ports["bootstrap"])]
         return self._spawn(name or f"sim-{role}-{port}", [*argv, *extra], env, **ports)
 
-    def router(self, prefill: Proc, decode: Proc, *extra: str, python: str | None = None) -> Proc:
+    def router(self, prefill: Proc | list, decode: Proc | list, *extra: str, python: str | None = None) -> Proc:
         """sglang-router 0.3.2 (this venv's); with PYTHON, that interpreter's smg.launch_router (SMG 1.13, which
-        takes the same flags)."""
+        takes the same flags). PREFILL and DECODE: one worker or a list."""
         port, prom = free_port(), free_port()
         program = (
             [python, "-m", "smg.launch_router"] if python else [sys.executable, "-m", "sglang_router.launch_router"]
         )
+        workers = []
+        for p in prefill if isinstance(prefill, list) else [prefill]:
+            workers += ["--prefill", f"http://127.0.0.1:{p.ports['port']}", str(p.ports["bootstrap"])]
+        for d in decode if isinstance(decode, list) else [decode]:
+            workers += ["--decode", f"http://127.0.0.1:{d.ports['port']}"]
         argv = [
-            *program, "--pd-disaggregation",
-            "--prefill", f"http://127.0.0.1:{prefill.ports['port']}", str(prefill.ports["bootstrap"]),
-            "--decode", f"http://127.0.0.1:{decode.ports['port']}",
+            *program, "--pd-disaggregation", *workers,
             "--host", "127.0.0.1", "--port", str(port),
             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prom),
             "--prefill-policy", "round_robin", "--decode-policy", "round_robin",
@@ -516,29 +521,44 @@ def test_router_answers_502_when_decode_is_down(pd_stack, capsys):
     report(capsys, f"prefill saw {len(attempts)} attempt(s) for the failed request")
 
 
-def test_router_parallel_sampling_n2_fails_as_sglang_0_5_23(pd_launcher, capsys, monkeypatch):
-    """n=2 through the real router with the real OpenAI client: the router sends one bootstrap_room per sample
-    (and host/port lists); sglang 0.5.23 sends the warmup and both samples with bootstrap_room[0]
-    (io_struct.py _normalize_bootstrap_params, tokenizer_manager.py _handle_batch_request), the samples
-    never get KV and the decode answers HTTP 500 (a KVTransferError) once its wait times out."""
-    env = {"SGLANG_SIM_HANDOFF_TIMEOUT": "0.5"}
-    prefill = pd_launcher.sim("prefill", env=env)
-    decode = pd_launcher.sim("decode", env=env)
+# n: 2 through each router with the role's settings, measured (see the test below): the router's attempts, each of
+# which waits out the decode's KV wait (sglang: SGLANG_DISAGGREGATION_WAITING_TIMEOUT, sglang_disagg_waiting_timeout,
+# 300 s). Without HAProxy in front, n: 2 ends after attempts x that wait; behind HAProxy (sglang_router_instances) it
+# is refused at once (plugins/module_utils/router/lb.py REFUSE_N_LINE, tests/integration/test_routers.py).
+N2_ATTEMPTS = {"sglang_router": 5, "smg": 5}
+
+
+@pytest.mark.parametrize("router_impl", ["sglang_router", "smg"])
+def test_n2_through_each_router_ends_after_its_attempts_of_the_kv_wait(router_impl, pd_launcher, request, capsys,
+                                                                       monkeypatch):  # fmt: skip
+    """n=2 through the real router (the role's settings) with the real OpenAI client: the router sends one
+    bootstrap_room per sample (and host/port lists); sglang 0.5.23 sends the warmup and both samples with
+    bootstrap_room[0] (io_struct.py _normalize_bootstrap_params, tokenizer_manager.py _handle_batch_request), the
+    samples never get KV and the decode answers HTTP 500 (a KVTransferError) once its wait (2 s here) ends. The
+    router tries N2_ATTEMPTS times, each a full wait: the client's answer comes after attempts x the wait."""
+    wait_kv = 2.0
+    env = {"SGLANG_SIM_HANDOFF_TIMEOUT": str(wait_kv)}
+    prefill = pd_launcher.sim("prefill", "--served-model-name", "dsv4", env=env)  # SMG routes by the model's name
+    decode = pd_launcher.sim("decode", "--served-model-name", "dsv4", env=env)
     wait_sim_healthy(prefill)
     wait_sim_healthy(decode)
-    router = pd_launcher.router(prefill, decode, "--health-failure-threshold", "100")
-    wait_router_ready(router)
+    python = request.getfixturevalue("smg_python") if router_impl == "smg" else None
+    router = pd_launcher.router(prefill, decode, *role_flags(router_impl), python=python)
+    wait_router_ready(router, timeout=60)
     for var in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
         monkeypatch.delenv(var, raising=False)  # the client honours proxy variables: loopback only
-    client = openai.OpenAI(base_url=url(router, "/v1"), api_key="none", max_retries=0, timeout=60)
+    client = openai.OpenAI(base_url=url(router, "/v1"), api_key="none", max_retries=0, timeout=120)
     t0 = time.monotonic()
     with pytest.raises(openai.InternalServerError) as exc:
         client.chat.completions.create(model="dsv4", messages=[{"role": "user", "content": "hi"}], n=2, max_tokens=4)
     took = time.monotonic() - t0
-    assert exc.value.status_code == 500
-    report(capsys, f"n=2 via router: HTTP 500 after {took:.1f}s")
     records = sim_requests(decode, "/v1/chat/completions")
+    report(capsys, f"{router_impl}: n=2 HTTP {exc.value.status_code} after {took:.1f} s, {len(records)} attempt(s) "
+                   f"of the {wait_kv} s KV wait; {str(exc.value)[:200]}")  # fmt: skip
+    assert exc.value.status_code == 500 and "KVTransferError" in str(exc.value)
     assert records and all(r["status"] == 500 for r in records)
+    assert len(records) == N2_ATTEMPTS[router_impl], records
+    assert len(records) * wait_kv <= took < len(records) * (wait_kv + 1.5), took
     for record in records:  # what the router sent: one room per sample
         assert isinstance(record["bootstrap_room"], list) and len(record["bootstrap_room"]) == 2
     # the prefill only ever saw each attempt's first room, as sglang uses only bootstrap_room[0]
@@ -716,3 +736,224 @@ def test_openai_client_gets_an_answer_on_every_route_through_each_router(router_
     after = client.chat.completions.create(model=model, messages=messages, max_tokens=5)
     assert after.choices[0].message.content == said  # one n: 2 request does not open the breaker
     report(capsys, f"{router_impl}: every route answered; n: 2 HTTP 500 after {took:.1f}s ({len(attempts)} attempts)")
+
+
+# --------------------------------------------------------------------------------------------------
+# failing fast through both routers (issue 48): the role's health checks route around a frozen or dead prefill,
+# never around one busy on a long prompt; a prefill's 5xx ends the decode leg or not; n: 2
+# --------------------------------------------------------------------------------------------------
+
+ROLE_DEFAULTS = yaml.safe_load(
+    (Path(__file__).resolve().parents[2] / "roles" / "sglang_router" / "defaults" / "main.yml").read_text()
+)
+# The router flags the role renders from these variables (plugins/module_utils/units/sglang_flags.py ROUTER_FLAGS,
+# SMG_FLAGS): the settings that decide how fast a router leaves a worker out and what it does with a failed attempt.
+ROLE_ROUTER_FLAGS = {
+    "health-check-interval-secs": "sglang_router_health_check_interval",
+    "health-failure-threshold": "sglang_router_health_failure_threshold",
+    "health-check-timeout-secs": "sglang_router_health_check_timeout",
+    "health-check-endpoint": "sglang_router_health_check_endpoint",
+    "retry-max-retries": "sglang_router_retry_max_retries",
+    "cb-failure-threshold": "sglang_router_circuit_breaker_failure_threshold",
+    "cb-timeout-duration-secs": "sglang_router_circuit_breaker_timeout",
+}
+ROLE_SMG_FLAGS = {
+    "worker-overload-waiting-requests": "sglang_router_smg_overload_waiting_requests",
+    "worker-overload-token-usage": "sglang_router_smg_overload_token_usage",
+    "worker-stall-secs": "sglang_router_smg_worker_stall_secs",
+    "worker-wedge-secs": "sglang_router_smg_worker_wedge_secs",
+    "pd-admission-wait-secs": "sglang_router_smg_pd_admission_wait_secs",
+    "upstream-pool-idle-timeout-secs": "sglang_router_smg_upstream_pool_idle_timeout",
+}
+ROUTE_AROUND_BOUND_S = 10.0  # a frozen or dead worker gets no request sent later than this after the fault
+
+
+def role_flags(router_impl: str, **override) -> list[str]:
+    """The role's defaults (roles/sglang_router/defaults/main.yml) as router flags, OVERRIDE (flag: value) on top."""
+    table = {**ROLE_ROUTER_FLAGS, **(ROLE_SMG_FLAGS if router_impl == "smg" else {})}
+    values = {flag: ROLE_DEFAULTS[var] for flag, var in table.items()}
+    values.update(override)
+    return [word for flag, value in values.items() for word in (f"--{flag}", str(value))]
+
+
+def worker_health(router: Proc, worker: Proc) -> bool | None:
+    """Whether ROUTER counts WORKER healthy now (its GET /workers: sglang-router 0.3.2 and SMG 1.13 both list
+    {url, is_healthy}); None when it does not list it."""
+    status, body = http("GET", url(router, "/workers"), timeout=2)
+    assert status == 200, body
+    listed = body["workers"] if isinstance(body, dict) else body
+    for entry in listed:
+        if entry.get("url", "").rstrip("/") == f"http://127.0.0.1:{worker.ports['port']}":
+            return bool(entry.get("is_healthy"))
+    return None
+
+
+class PacedLoad:
+    """/generate through a router at RATE requests a second, each in its own thread (a hung one holds no other):
+    [(sent, ended, status)] on time.monotonic(), status 0 for no answer within TIMEOUT."""
+
+    def __init__(self, router: Proc, rate: float, timeout: float, max_new_tokens: int = 4):
+        self.router, self.rate, self.timeout = router, rate, timeout
+        self.body = {"text": "route me", "sampling_params": {"max_new_tokens": max_new_tokens}}
+        self.records: list[tuple[float, float, int]] = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.pacer = threading.Thread(target=self._pace, daemon=True)
+
+    def _one(self) -> None:
+        sent = time.monotonic()
+        try:
+            status = http("POST", url(self.router, "/generate"), self.body, timeout=self.timeout)[0]
+        except OSError:
+            status = 0
+        with self.lock:
+            self.records.append((sent, time.monotonic(), status))
+
+    def _pace(self) -> None:
+        start, n = time.monotonic(), 0
+        while not self.stop.is_set():
+            thread = threading.Thread(target=self._one, daemon=True)
+            thread.start()
+            self.threads.append(thread)
+            n += 1
+            self.stop.wait(max(0.0, start + n / self.rate - time.monotonic()))
+
+    def __enter__(self):
+        self.pacer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.pacer.join(5)
+        for thread in self.threads:
+            thread.join(self.timeout + 5)
+
+
+def health_timeline(router: Proc, worker: Proc, seconds: float, interval: float = 0.2) -> list[tuple[float, bool]]:
+    """(monotonic time, healthy) each time ROUTER's view of WORKER changes, polled for SECONDS."""
+    changes, last, end = [], object(), time.monotonic() + seconds
+    while time.monotonic() < end:
+        now = worker_health(router, worker)
+        if now != last:
+            changes.append((time.monotonic(), now))
+            last = now
+        time.sleep(interval)
+    return changes
+
+
+@pytest.mark.parametrize("fault", ["SIGSTOP", "SIGKILL"])
+@pytest.mark.parametrize("router_impl", ["sglang_router", "smg"])
+def test_the_roles_health_checks_route_around_a_frozen_or_dead_prefill_within_10_s(router_impl, fault, pd_launcher,
+                                                                                   request, capsys):  # fmt: skip
+    """2P1D behind the real router with the role's health and retry settings, 10 requests a second: one prefill
+    frozen (SIGSTOP, as a wedged host) or killed. The router counts it unhealthy, and no request sent later than
+    ROUTE_AROUND_BOUND_S after the fault goes to it (every such request is served at once by the other prefill).
+    A frozen prefill's requests hang until something ends them (the guard that kills a silent worker, not the
+    router); a dead one's are refused and the router retries them on the other prefill."""
+    env = {"SGLANG_SIM_HANDOFF_TIMEOUT": "30"}
+    bad = pd_launcher.sim("prefill", env=env, name="prefill-bad")
+    good = pd_launcher.sim("prefill", env=env, name="prefill-good")
+    decode = pd_launcher.sim("decode", env=env)
+    for sim in (bad, good, decode):
+        wait_sim_healthy(sim)
+    python = request.getfixturevalue("smg_python") if router_impl == "smg" else None
+    router = pd_launcher.router([bad, good], decode, *role_flags(router_impl), python=python)
+    wait_router_ready(router, healthy=3, timeout=60)
+    with PacedLoad(router, rate=10, timeout=25) as load:
+        time.sleep(3)
+        fault_at = time.monotonic()
+        bad.popen.send_signal(getattr(signal, fault))
+        changes = health_timeline(router, bad, 14)
+        load.stop.set()
+    if fault == "SIGSTOP":
+        bad.popen.send_signal(signal.SIGCONT)  # its hung requests end (the test's client timeout at the latest)
+    out = next((t - fault_at for t, healthy in changes if healthy is False or healthy is None), None)
+    before = [r for r in load.records if r[0] < fault_at]
+    after = [(round(s - fault_at, 2), round(e - s, 2), st) for s, e, st in load.records if s >= fault_at]
+    slow = [r for r in after if r[2] != 200 or r[1] > 2.0]  # not served at once: it went to the faulted prefill
+    last_slow = max((r[0] for r in slow), default=None)
+    statuses = sorted({st for _s, _took, st in slow})
+    longest = max((took for _s, took, st in slow if st == 200), default=None)
+    report(capsys, f"{router_impl} {fault}: unhealthy {out and round(out, 2)} s after the fault; {len(after)} sent "
+                   f"after it, {len(slow)} not served at once (status {statuses}, 0: none in 25 s; served in up to "
+                   f"{longest} s), the last sent {last_slow} s after the fault")  # fmt: skip
+    assert all(st == 200 for _s, _e, st in before), before
+    assert out is not None and out <= ROUTE_AROUND_BOUND_S, changes
+    assert last_slow is None or last_slow <= ROUTE_AROUND_BOUND_S, slow
+    late = [r for r in after if r[0] > ROUTE_AROUND_BOUND_S]
+    assert late and all(st == 200 and took <= 2.0 for _s, took, st in late), late
+
+
+@pytest.mark.parametrize("router_impl", ["sglang_router", "smg"])
+def test_the_roles_health_check_keeps_a_prefill_busy_on_a_long_prompt(router_impl, pd_launcher, request, capsys):
+    """A prefill busy 12 s on one long prompt (1200 words at 10 ms each: sglang's /health queues its one-token
+    request behind it, http_server.py health_generate) stays in the router with the role's endpoint (/ready: sglang
+    answers it from a flag, without the scheduler); with the generation check (/health) the router takes it out."""
+    env = {"SGLANG_SIM_PREFILL_TOKEN_LATENCY": "0.01", "SGLANG_SIM_HANDOFF_TIMEOUT": "40"}
+    prefill = pd_launcher.sim("prefill", env=env)
+    decode = pd_launcher.sim("decode", env=env)
+    wait_sim_healthy(prefill, timeout=30)
+    wait_sim_healthy(decode)
+    python = request.getfixturevalue("smg_python") if router_impl == "smg" else None
+    seen = {}
+    for endpoint in (ROLE_DEFAULTS["sglang_router_health_check_endpoint"], "/health"):
+        router = pd_launcher.router(prefill, decode, *role_flags(router_impl, **{"health-check-endpoint": endpoint}),
+                                    python=python)  # fmt: skip
+        wait_router_ready(router, timeout=60)
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(http, "POST", url(router, "/generate"),
+                                 {"text": "long " * 1200, "sampling_params": {"max_new_tokens": 2}},
+                                 timeout=40)  # fmt: skip
+            changes = health_timeline(router, prefill, 11)
+            status = answer.result(40)[0]
+        seen[endpoint] = [healthy for _t, healthy in changes]
+        router.stop()
+        assert status == 200, (endpoint, status)
+    report(capsys, f"{router_impl}: the prefill's health in the router through a 12 s prefill: {seen}")
+    assert seen[ROLE_DEFAULTS["sglang_router_health_check_endpoint"]] == [True]
+    assert False in seen["/health"]
+
+
+# What each router does with the decode leg when the prefill answers 5xx at once (the answer is recorded in
+# plugins/module_utils/plan/compat_rules.py PREFILL_5XX and docs/fail-fast.md): True, it ends the decode leg (closes
+# its connection, so the decode aborts the room at its next client check) and answers the client at once; False, it
+# waits for the decode's own answer (sglang: its KV wait, SGLANG_DISAGGREGATION_WAITING_TIMEOUT).
+# Measured: sglang-router 0.3.2 waits (client 500 after 5 attempts x the decode's 20 s: 100.5 s); SMG 1.13.0 ends it
+# (client 500 prefill_internal_error after 0.4 s, every decode leg closed and aborted 4.1 s later).
+PREFILL_5XX_ENDS_DECODE_LEG = {"sglang_router": False, "smg": True}
+
+
+@pytest.mark.parametrize("router_impl", ["sglang_router", "smg"])
+def test_a_prefill_5xx_and_the_decode_leg(router_impl, pd_launcher, request, capsys):
+    """1P1D with the role's router settings; the prefill answers every generation 500 at once (SGLANG_SIM_FAIL), the
+    decode waits 10 s for KV that never comes (sglang: 300 s). Whether the router ends the decode leg is read from
+    the decode's own record: a leg the router closed ends at the decode's next client check (status 0, about
+    SGLANG_REQUEST_STATE_WAIT_TIMEOUT, 4 s), one it waited for ends with the decode's 500 after 10 s."""
+    wait_kv = 10.0
+    prefill = pd_launcher.sim("prefill", env={"SGLANG_SIM_FAIL": "generate:500"})
+    decode = pd_launcher.sim("decode", env={"SGLANG_SIM_HANDOFF_TIMEOUT": str(wait_kv)})
+    wait_sim_healthy(prefill)
+    wait_sim_healthy(decode)
+    python = request.getfixturevalue("smg_python") if router_impl == "smg" else None
+    router = pd_launcher.router(prefill, decode, *role_flags(router_impl), python=python)
+    wait_router_ready(router, timeout=60)
+    t0 = time.monotonic()
+    status, body = http("POST", url(router, "/generate"),
+                        {"text": "x", "sampling_params": {"max_new_tokens": 2}}, timeout=200)  # fmt: skip
+    took = time.monotonic() - t0
+    time.sleep(wait_kv + 2 - min(took, wait_kv))  # every decode leg has ended by now, closed or waited out
+    legs = [(r["status"], round(r["duration_s"], 1)) for r in sim_requests(decode, "/generate")]
+    attempts = len(sim_requests(prefill, "/generate"))
+    report(capsys, f"{router_impl}: prefill 500 -> client {status} after {took:.1f} s; {attempts} prefill attempt(s); "
+                   f"decode legs (status, s) {legs}; {str(body)[:160]}")  # fmt: skip
+    # every attempt's prefill leg; a decode leg the router cancelled before it was sent leaves no record (SMG's last)
+    assert status >= 500 and legs and attempts >= len(legs) >= attempts - 1
+    ended = all(st != 500 and dur < wait_kv - 4 for st, dur in legs)
+    waited = all(st == 500 and dur >= wait_kv - 1 for st, dur in legs)
+    assert ended or waited, legs
+    assert ended == PREFILL_5XX_ENDS_DECODE_LEG[router_impl], (legs, took)
+    if ended:
+        assert took < 5 * len(legs), took  # the client's answer does not wait for the decode
+    else:
+        assert took >= wait_kv * len(legs) - 1, took

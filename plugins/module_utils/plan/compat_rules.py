@@ -31,6 +31,9 @@ TESTED = (
         "nixl": ("1.5.1",),
         "evidence": "shared/notes/sglang-pd-facts.md (sglang 0.5.23, sglang-router 0.3.2 and nixl 1.5.1 read and run "
         "together, 2026-11); the NIXL transfer measured on a lent 2x H200 with nixl 1.5.1 + nixl-cu13 1.5.1",
+        # A prefill answering 5xx: the router waits for the decode leg (its KV wait) on each of its attempts
+        # (tests/integration/test_pd_router.py test_a_prefill_5xx_and_the_decode_leg, the double as sglang 0.5.23)
+        "prefill_5xx_ends_decode_leg": False,
     },
     {
         "routers": ("smg 1.13.0",),
@@ -39,6 +42,8 @@ TESTED = (
         "evidence": "the real smg 1.13.0 in the sandbox in front of the simulator answering as sglang 0.5.23 "
         "(tests/integration/test_faults.py, test_multihost.py); its HTTP PD syntax is sglang-router 0.3.2's "
         "(field-2026-12.md). Not run with sglang 0.5.23 itself on GPUs",
+        # A prefill answering 5xx: SMG answers the client at once and closes the decode leg (same test)
+        "prefill_5xx_ends_decode_leg": True,
     },
     {
         "routers": ("sglang-router 0.3.2", "smg 1.13.0"),

@@ -53,6 +53,24 @@ DEFAULTS = {
 }
 
 
+# sglang 0.5.23's PD path cannot serve parallel sampling (n > 1): every sample is sent with the first bootstrap room
+# while the routers send one room per sample, so the samples never get their KV and the decode answers 500 only when
+# its KV wait ends, after each of the router's attempts (sglang/srt/managers/io_struct.py _normalize_bootstrap_params).
+# HAProxy refuses such a request at once, before any router: an "n" key of 2 or more in the JSON body (the OpenAI
+# routes' n, /generate's sampling_params.n). A key inside a JSON string is escaped (\"n\") and never matches. Only
+# the buffered start of the body is read (tune.bufsize, 16 kB): an "n" past it is not seen.
+# (a double quote outside quotes is escaped with a backslash in HAProxy's configuration: section 2.2 of its manual)
+N_ABOVE_1 = r"\"n\"[[:space:]]*:[[:space:]]*0*([2-9]|[1-9][0-9]+)"
+REFUSED_N = (
+    '{"object":"error","type":"BadRequestError","code":400,"message":"n > 1 (parallel sampling) is not served by '
+    'prefill-decode disaggregation (sglang 0.5.23): send n requests with n = 1"}'
+)
+REFUSE_N_LINE = (
+    f"http-request return status 400 content-type application/json string '{REFUSED_N}' "
+    f"if {{ method POST }} {{ req.body -m reg {N_ABOVE_1} }}"
+)
+
+
 # HAProxy takes letters, digits and - _ . : in a proxy or server name (haproxy 2.6 configuration.txt, section 2.4
 # "proxy and server names": "invalid character" otherwise); anything else becomes -.
 NAME_REFUSED = re.compile(r"[^A-Za-z0-9_.:-]")
@@ -187,15 +205,21 @@ def haproxy_sections(s, listen, check_path, server_lines):
                 f"timeout client {s['timeout_client_s']}s",
                 f"timeout server {s['timeout_server_s']}s",
                 f"timeout check {s['timeout_check_ms']}ms",
-                # A request whose connection a dead router refused never reached it: send it to another router.
+                # A request a router never answered goes to another router (layer-7 retries, on every attempt
+                # another server: redispatch 1): one whose connection was refused (a dead router), and one whose
+                # connection closed before the first answer byte (a router killed while it held the request).
+                # HAProxy keeps the request to replay it, so the body is read whole first (http-buffer-request); a
+                # request larger than one buffer (tune.bufsize, 16 kB) is never retried. An answer already begun
+                # (a stream) is never replayed: the client sees it cut.
                 "retries 2",
                 "option redispatch 1",
-                "retry-on conn-failure",
+                "option http-buffer-request",
+                "retry-on conn-failure empty-response",
             ],
         },
         {
             "header": f"frontend {s['frontend']}",
-            "lines": [f"bind {listen['host']}:{listen['port']}", f"default_backend {s['backend']}"],
+            "lines": [f"bind {listen['host']}:{listen['port']}", REFUSE_N_LINE, f"default_backend {s['backend']}"],
         },
         {
             "header": f"backend {s['backend']}",

@@ -139,6 +139,8 @@ ROUTER_FLAGS = {
     "cb-failure-threshold": "sglang_router_circuit_breaker_failure_threshold",
     "health-check-interval-secs": "sglang_router_health_check_interval",
     "health-failure-threshold": "sglang_router_health_failure_threshold",
+    "health-check-timeout-secs": "sglang_router_health_check_timeout",
+    "health-check-endpoint": "sglang_router_health_check_endpoint",
     "retry-max-retries": "sglang_router_retry_max_retries",
 }
 # SMG 1.13's routing settings whose defaults change PD behaviour (smg 1.13.0 wheel, smg/router_args.py), each written

@@ -60,7 +60,7 @@ def test_the_rendered_configuration_has_the_public_frontend_the_backend_the_sock
     got = sections(text)
     assert list(got) == ["global", "defaults", "frontend sglang_public", "backend sglang_routers", "frontend stats"]
     assert "stats socket /run/haproxy/admin.sock mode 660 level admin expose-fd listeners" in got["global"]
-    assert got["frontend sglang_public"] == ["bind 0.0.0.0:8000", "default_backend sglang_routers"]
+    assert got["frontend sglang_public"] == ["bind 0.0.0.0:8000", lb.REFUSE_N_LINE, "default_backend sglang_routers"]
     backend = got["backend sglang_routers"]
     assert backend[:4] == ["balance leastconn", "option httpchk", "http-check send meth GET uri /readiness",
                            "http-check expect status 200"]  # fmt: skip
@@ -69,6 +69,9 @@ def test_the_rendered_configuration_has_the_public_frontend_the_backend_the_sock
         "server r2 10.0.0.2:8001 check inter 500 fall 3 rise 2",
     ]
     assert "timeout check 500ms" in got["defaults"]
+    # a request a killed router held (no answer byte yet) goes to another router: layer-7 retries on a buffered body
+    assert {"retries 2", "option redispatch 1", "option http-buffer-request",
+            "retry-on conn-failure empty-response"} <= set(got["defaults"])  # fmt: skip
     assert "http-request use-service prometheus-exporter if { path /metrics }" in got["frontend stats"]
     assert "bind 0.0.0.0:8405" in got["frontend stats"]
 
