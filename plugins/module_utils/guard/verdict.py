@@ -124,6 +124,17 @@ def default_bound(stall_timeout, health_check_timeout):
     return max(int(stall_timeout), int(health_check_timeout))
 
 
+def effective_bound(bound, stall_timeout, health_check_timeout):
+    """sglang_guard_silence_bound as the guard uses it: 0 means default_bound(); a value of the wrong type is left for
+    the variable table to report."""
+    if bound == 0 and not isinstance(bound, bool):
+        try:
+            return default_bound(stall_timeout, health_check_timeout)
+        except (TypeError, ValueError):
+            return bound
+    return bound
+
+
 def bound_problems(bound, health_check_timeout, extra_envs, probe_timeout=None):
     """Preflight messages: the guard's BOUND (sglang_guard_silence_bound) below the engine's health check timeout
     (sglang_health_check_timeout, or an SGLANG_HEALTH_CHECK_TIMEOUT some extra env raises it to: EXTRA_ENVS is

@@ -16,6 +16,7 @@ and what each host's records say was deployed before (units.record: the instance
 restart key, and, for a rollback, the health URL of the previous configuration).
 """
 
+from ansible_collections.disagg.sglang.plugins.module_utils.guard import verdict as guard_verdict
 from ansible_collections.disagg.sglang.plugins.module_utils.model import source
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
     compat_rules,
@@ -157,6 +158,17 @@ def host_plan(inputs):
         problems += rules.env_problems(role_inputs.get("extra_env"), f"sglang_{role}_extra_env")
         if isinstance(instances, list):
             all_instances += [i for i in instances if isinstance(i, dict)]
+    if roles and inputs["settings"].get("guard_enabled", True):
+        s = inputs["settings"]  # the worker guard's bound against sglang's health check timeout
+        bound = guard_verdict.effective_bound(
+            s.get("guard_bound"), s.get("stall_timeout"), s.get("health_check_timeout")
+        )
+        problems += guard_verdict.bound_problems(
+            bound,
+            s.get("health_check_timeout"),
+            {f"sglang_{r}_extra_env": ri.get("extra_env") for r, ri in roles.items()},
+            s.get("guard_probe_timeout"),
+        )
     if roles:
         problems += rules.host_port_problems(host, all_instances)
         problems += rules.privileged_port_problems(
