@@ -152,55 +152,28 @@ def over_budget(cost, role, redundancy):
 
 
 # --- what the services recorded after a fault -------------------------------------------------------------------
-# Fail fast (issue 37): a request a fault touches ends, served by another instance or with an error, within this many
-# seconds of being sent; none waits out its client's timeout (the loads below give it longer, FAULT_CLIENT_TIMEOUT).
-# sglang 0.5.23's decode fails the room of a prefill that died or stopped answering after
-# SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL (5 s) x SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE (2)
-# (sglang/srt/disaggregation/common/conn.py `_start_heartbeat_checker_thread`), so about 10 s.
-FAIL_FAST_S = 15.0
+# Fail fast: a request a fault touches ends, served by another instance or with an error, within this many seconds of
+# being sent (the bound the collection promises: README "what fails, and how fast"); none waits out its client's
+# timeout (the loads below give it longer, FAULT_CLIENT_TIMEOUT). Every request of a load is judged, none exempted.
+# What makes it so when a worker goes silent (frozen, or its scheduler stalled): the worker guard
+# (plugins/module_utils/guard/verdict.py) kills it within its bound and one look, which both routers see as a
+# transport error on the half they sent it, and the decode's heartbeat (sglang_disagg_heartbeat_interval x
+# _max_failure) ends the rooms of a prefill that died. Where a router still waits for the other half (sglang-router
+# 0.3.2 joins both with tokio::join!, sgl-project/sglang#9726), the prefill's own bound on a decode that never
+# connects, SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, must be under this bound too (the tests set it).
+FAIL_FAST_S = 20.0
 FAULT_CLIENT_TIMEOUT = 30.0
-# Where a router keeps a touched request past FAIL_FAST_S, and why: {(sglang_router_impl, fault): reason}. Both
-# routers send a request's two halves at once and answer only once both response heads are in: sglang-router 0.3.2
-# with `tokio::join!(prefill_request.send(), decode_request.send())` (sgl-model-gateway src/routers/http/pd_router.rs,
-# execute_dual_dispatch_internal), SMG with `tokio::try_join!`, which gives up the other half on a transport error
-# only (smg-project/smg model_gateway/src/routers/http/pd_router.rs, the same function, smg #831): a half that answers
-# with an error status is a response, and the router waits on for the other. And both keep sending to a dead or frozen
-# worker until their health checks fail (detection_s()). So a KNOWN_HANGS case may hold the requests a router sends
-# within its detection window after the fault, never one sent later (hang_problems()).
-#  - decode killed, sglang-router: the prefill half of a request whose decode never sent its KV indices waits in
-#    KVPoll.Bootstrapping until SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (300 s; sglang/srt/disaggregation/common/
-#    conn.py CommonKVSender._check_bootstrap_timeout, NixlKVSender too; the double honours it, generation.py
-#    wait_bootstrapped) or the client hangs up (the router drops both halves, the prefill aborts at its next
-#    disconnect check); the router's retries (5xx) pick the dead decode again until it is detected. No
-#    production-safe setting bounds it: --request-timeout-secs and the bootstrap timeout bound every request. A
-#    router limitation, not the double's: SMG's try_join! ends it (below, a decode's kill -9 through SMG fails fast).
-#  - prefill killed, sglang-router: see PREFILL_KILL_HANG. Measured (1P1D, 16 at a time, RestartSec 10): the longest
-#    request 14.49 s, every failure within the bound, but by half a second: sglang's lookup cycle alone is 14 s, so
-#    the case stays known until repeated runs hold it.
-#  - prefill frozen (SIGSTOP), SMG: the decode fails every room it held at the freeze after its heartbeat (11-16 s,
-#    HEARTBEAT_FAIL_S; the test reads it from the decode's own record), but SMG waits for the frozen prefill's response
-#    head until SIGCONT or the client's timeout, and sends it new requests until its health checks fail. Its only
-#    bound is --request-timeout-secs (1800 s), which bounds every request: no production-safe collection setting.
-PREFILL_KILL_HANG = (
-    "sglang-router 0.3.2 keeps sending to the dead prefill until its health checks fail and waits for the decode "
-    "half, which sglang's decode fails only after its heartbeat (10 s) or its lookup cycle of the restarting prefill "
-    "(decode.py _ensure_prefill_info: 15 lookups a second apart), and retries the 5xx"
-)
-KNOWN_HANGS = {
-    ("sglang_router", "decode"): "sglang-router 0.3.2 waits for the prefill half of a request whose decode died",
-    ("sglang_router", "prefill"): PREFILL_KILL_HANG,
-    ("smg", "prefill-frozen"): "SMG waits for the frozen prefill's response head after the decode half failed",
-}
+
 
 # What the decode itself recorded when its prefill froze: sglang 0.5.23's decode ties a room to its prefill when the
 # request arrives (common/conn.py CommonKVReceiver.__init__: addr_to_rooms_tracker) and fails every room of a prefill
-# its heartbeat drops (_handle_node_failure). The heartbeat waits SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL (5 s), then
-# probes /health with requests' timeout=(2, 3); a frozen prefill takes the connection and never answers, so each of
-# the SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE (2) misses costs 5 + 3 s: a room that reached the decode at the
-# freeze fails at most 16 s later (a dead prefill refuses the probe: at most 10 s). sglang itself can so exceed
-# FAIL_FAST_S by a second when the freeze falls just after a good probe. DECODE_POLL_SLACK: the double's decode sees
+# its heartbeat drops (_handle_node_failure). The heartbeat waits SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL (the
+# collection's sglang_disagg_heartbeat_interval), then probes /health with requests' timeout=(2, 3); a frozen prefill
+# takes the connection and never answers, so each of the SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE misses costs the
+# interval + 3 s (a dead prefill refuses the probe: the interval alone). DECODE_POLL_SLACK: the double's decode sees
 # the verdict at its next look (a second and a half at most, tests/sandbox/pdsim/sglang_pd_sim/handoff.py).
-HEARTBEAT_FAIL_S = 2 * (5.0 + 3.0)
+_WORKER = yaml.safe_load(WORKER_DEFAULTS.read_text())
+HEARTBEAT_FAIL_S = _WORKER["sglang_disagg_heartbeat_max_failure"] * (_WORKER["sglang_disagg_heartbeat_interval"] + 3.0)
 DECODE_POLL_SLACK = 1.5
 # Only the rooms that reached the decode while it still knew the prefill: the first miss comes one interval plus the
 # read timeout after the freeze at the earliest. A request reaching it after the drop is looked up anew (decode.py
@@ -236,14 +209,25 @@ def decode_hold_problems(requests, stop_at, bound=HEARTBEAT_FAIL_S + DECODE_POLL
     return []
 
 
-def hang_problems(result, fault_at, bound=FAIL_FAST_S):
-    """For a KNOWN_HANGS case: the late requests (late_requests()) that it does not explain, as messages: those sent
-    after the router's detection window (detection_s() + DETECTION_MARGIN after the fault)."""
-    window = detection_s() + DETECTION_MARGIN
-    strays = [r for r in late_requests(result, bound) if result["t0"] + r[0] > fault_at + window]
-    if strays:
-        return [f"requests sent more than {window:.0f} s after the fault (the router's detection) hung: {strays[:10]}"]
-    return []
+# What the worker guard did, from its journal (`journalctl -o short-unix -u sglang-guard --since @T`): one line per
+# kill, "killing UNIT.service (pid N, PHASE): REASON; ..." (roles/sglang_worker/files/sglang_guard.py).
+_GUARD_KILL = re.compile(r"^(\d+\.\d+) \S+ \S+?(?:\[\d+\])?: killing (\S+)\.service \(pid \S+, (\w+)\): (.*)$")
+
+
+def guard_kills(journal, unit):
+    """[(epoch s, phase, reason)] of the guard's kills of UNIT in `journalctl -o short-unix` text, oldest first."""
+    found = []
+    for line in journal.splitlines():
+        m = _GUARD_KILL.match(line)
+        if m and m[2] == unit:
+            found.append((float(m[1]), m[3], m[4]))
+    return found
+
+
+def guard_recognition_bound(bound, interval, probe_timeout):
+    """The latest a guard with these settings kills a worker that went silent at t=0: the bound, then at most one look
+    later (its interval, plus the look's own two probes: /health and /v1/loads)."""
+    return bound + interval + 2 * probe_timeout
 
 
 # Recovery: the kill until the router routes to every worker again (its /readiness counts every worker healthy and a

@@ -123,6 +123,7 @@ ENGINE_ENV = {
     "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL": "sglang_disagg_heartbeat_interval",
     "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE": "sglang_disagg_heartbeat_max_failure",
     "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "sglang_disagg_waiting_timeout",
+    "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "sglang_disagg_bootstrap_timeout",
 }
 
 
