@@ -90,7 +90,8 @@ def read(worker, timeout, api_key, show=unit_show):
     loads = None
     if active == "active" and health == "timeout":
         status, body = probe(worker["host"], worker["port"], "/v1/loads?include=core", timeout, api_key)
-        loads = snapshot_stamps(body) if status == 200 else None
+        # any HTTP answer is the tokenizer's: the process lives; only a 200 shows the scheduler's snapshots
+        loads = None if isinstance(status, str) else snapshot_stamps(body) if status == 200 else []
     return {"at": at, "active": active, "pid": pid, "health": health, "loads": loads}
 
 
