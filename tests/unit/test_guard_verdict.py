@@ -33,7 +33,7 @@ def test_a_kill_says_why_and_a_hold_names_the_budget():
     assert kill["reason"] == (
         "silent for 12 s (bound 10 s): /health unanswered and the scheduler published no load snapshot (it is stalled)"
     )
-    state, _ = verdict.look(state, {"active": "active", "pid": 8, "health": "timeout", "loads": None}, 14, config)
+    state, _event = verdict.look(state, {"active": "active", "pid": 8, "health": "timeout", "loads": None}, 14, config)
     state, hold = verdict.look(state, {"active": "active", "pid": 8, "health": "timeout", "loads": None}, 25, config)
     assert hold["action"] == verdict.HOLD
     assert "neither /health nor /v1/loads answered" in hold["reason"]

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 # Copyright: disagg.sglang contributors
 # SPDX-License-Identifier: Apache-2.0
 """sglang-guard: turns a worker of this host that is alive but silent into a crash that systemd restarts.
@@ -86,7 +85,7 @@ def read(worker, timeout, api_key, show=unit_show):
     """One reading of WORKER ({unit, host, port}) for verdict.look."""
     at = time.time()
     active, pid = show(worker["unit"])
-    health, _ = probe(worker["host"], worker["port"], "/health", timeout)
+    health, _body = probe(worker["host"], worker["port"], "/health", timeout)
     loads = None
     if active == "active" and health == "timeout":
         status, body = probe(worker["host"], worker["port"], "/v1/loads?include=core", timeout, api_key)
