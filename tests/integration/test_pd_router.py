@@ -330,7 +330,7 @@ def test_sim_knobs_from_environment():
          "SGLANG_SIM_HANDOFF_TIMEOUT": "x"}
     )  # fmt: skip
     assert knobs.startup_delay == 2.5 and knobs.fail_generate == 503 and knobs.fail_health == 500
-    assert knobs.crash_after == 3 and knobs.handoff_timeout == 30.0
+    assert knobs.crash_after == 3 and knobs.handoff_timeout == 300.0  # sglang WAITING_TIMEOUT
     assert any("bogus" in p for p in knobs.problems) and any("SGLANG_SIM_HANDOFF_TIMEOUT" in p for p in knobs.problems)
 
 

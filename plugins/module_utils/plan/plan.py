@@ -16,6 +16,7 @@ and what each host's records say was deployed before (units.record: the instance
 restart key, and, for a rollback, the health URL of the previous configuration).
 """
 
+from ansible_collections.disagg.sglang.plugins.module_utils.guard import verdict as guard_verdict
 from ansible_collections.disagg.sglang.plugins.module_utils.model import revision_rules, source
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import kv_rules, profile_rules, readiness_rules, rules
 from ansible_collections.disagg.sglang.plugins.module_utils.plan.pd_placement import PlacementError, place
@@ -199,6 +200,17 @@ def input_problems(inputs):
     if isinstance(profile, dict) and isinstance(profile.get("flags"), dict):
         for part, flags in profile["flags"].items():
             problems += rules.derived_flag_problems(flags, f"the profile {profile_name}: flags.{part}")
+    if roles and inputs["settings"].get("guard_enabled", True):
+        s = inputs["settings"]  # the worker guard's bound against sglang's health check timeout
+        bound = guard_verdict.effective_bound(
+            s.get("guard_bound"), s.get("stall_timeout"), s.get("health_check_timeout")
+        )
+        problems += guard_verdict.bound_problems(
+            bound,
+            s.get("health_check_timeout"),
+            {f"sglang_{r}_extra_env": ri.get("extra_env") for r, ri in roles.items()},
+            s.get("guard_probe_timeout"),
+        )
     return problems, warnings, instances
 
 

@@ -49,6 +49,11 @@ SETTINGS = {
     "health_poll": "sglang_health_poll",
     "stop_timeout": "sglang_stop_timeout",
     "drain_timeout": "sglang_rolling_drain_timeout",
+    "health_check_timeout": "sglang_health_check_timeout",
+    "guard_enabled": "sglang_guard_enabled",
+    "guard_bound": "sglang_guard_silence_bound",
+    "guard_probe_timeout": "sglang_guard_probe_timeout",
+    "stall_timeout": "sglang_stall_timeout",
 }
 SECRETS = ("sglang_hf_token", "sglang_hub_token", "sglang_router_api_key", "sglang_worker_api_key")
 # the variables the account rule looks at beyond the settings (plan.settings_problems)
@@ -128,6 +133,8 @@ def settings(v, is_colocated, venv_paths):
         "worker_api_key_set": len(str(v.get("sglang_worker_api_key", ""))) > 0,
     }
     found.update({key: v.get(name) for key, name in SETTINGS.items()})
+    # the engine's own settings every worker gets in its environment (sglang_flags.ENGINE_ENV)
+    found["engine_env"] = {env: v[name] for env, name in sf.ENGINE_ENV.items() if v.get(name) is not None}
     return found
 
 

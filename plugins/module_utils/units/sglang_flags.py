@@ -115,11 +115,31 @@ def worker_flags(profile, role, instance, settings):
     )
 
 
+# sglang's own settings the collection renders into every worker's environment, each from one variable: the health
+# check's patience (SGLANG_HEALTH_CHECK_TIMEOUT, sglang/srt/entrypoints/http_server.py) and the decode's side of the
+# PD handoff (sglang/srt/environ.py; read in sglang/srt/disaggregation/common/conn.py), set rather than inherited.
+ENGINE_ENV = {
+    "SGLANG_HEALTH_CHECK_TIMEOUT": "sglang_health_check_timeout",
+    "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL": "sglang_disagg_heartbeat_interval",
+    "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE": "sglang_disagg_heartbeat_max_failure",
+    "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "sglang_disagg_waiting_timeout",
+    "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "sglang_disagg_bootstrap_timeout",
+}
+
+
 def worker_env(profile, role, instance, settings):
-    """Environment of one worker instance: profile env, then extra env, then the instance's."""
+    """Environment of one worker instance: the engine settings (ENGINE_ENV, settings["engine_env"]), then the profile
+    env, then extra env, then the instance's."""
     envs = profile.get("env", {})
     merged = {}
-    for layer in (envs.get("common"), envs.get(role), settings.get("extra_env"), instance.get("env")):
+    layers = (
+        settings.get("engine_env"),
+        envs.get("common"),
+        envs.get(role),
+        settings.get("extra_env"),
+        instance.get("env"),
+    )
+    for layer in layers:
         merged.update({str(k): str(v) for k, v in (layer or {}).items()})
     return merged
 

@@ -206,7 +206,7 @@ def test_promtool_check_and_unit_tests_of_the_rendered_rules(rendered, tmp_path)
     rules = rendered["out"] / "rules" / "sglang-alerts.yml"
     check = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, check=False)
     print(check.stdout)
-    assert check.returncode == 0 and "SUCCESS: 13 rules found" in check.stdout, check.stdout + check.stderr
+    assert check.returncode == 0 and "SUCCESS: 15 rules found" in check.stdout, check.stdout + check.stderr
     (tmp_path / "sglang-alerts.yml").write_text(rules.read_text())
     (tmp_path / "sglang-alerts.test.yml").write_text(prom.RULES_TEST.read_text())
     test = subprocess.run(
@@ -262,8 +262,20 @@ def promtool_test(rules_text, tmp_path):
             'state=~"DOWN|MAINT"} == 1\n        for: 1m',
             "router out of HAProxy",
         ),
+        # the guard's kill warns for the window after it, not for good
+        (
+            "increase(sglang_guard_kills_total[10m]) > 0",
+            "sglang_guard_kills_total > 0",
+            "guard killed a worker",
+        ),
+        # a spent budget is critical at once (a silent worker the guard leaves alone holds its requests)
+        (
+            "sglang_guard_budget_spent == 1\n        labels",
+            "sglang_guard_budget_spent == 1\n        for: 5m\n        labels",
+            "guard budget spent",
+        ),
     ],
-    ids=["down-router-counted", "unhealthy-counted-as-listed", "roll-bound"],
+    ids=["down-router-counted", "unhealthy-counted-as-listed", "roll-bound", "guard-kill-window", "guard-budget-now"],
 )
 def test_promtool_tests_of_the_router_alerts_catch_a_wrong_rule(rendered, tmp_path, old, new, case):
     """The router and HAProxy alerts' unit tests are not vacuous: each mutation fails its case by name."""

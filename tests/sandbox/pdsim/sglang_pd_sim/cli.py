@@ -30,7 +30,8 @@ simulator knobs (environment variables, never flags):
   SGLANG_SIM_WARMUP_DELAY=S     seconds of the warm-up after loading; /health answers 503 meanwhile (0)
   SGLANG_SIM_TOKEN_LATENCY=S    seconds per generated token on decode (and in null mode) (0)
   SGLANG_SIM_PREFILL_LATENCY=S  seconds of every prefill (prefill and null mode), before its KV is sent (0)
-  SGLANG_SIM_HANDOFF_TIMEOUT=S  how long decode waits for prefill's KV of a bootstrap_room (30)
+  SGLANG_SIM_HANDOFF_TIMEOUT=S  test override of how long decode waits for prefill's KV of a bootstrap_room
+                                (default: sglang's own SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300)
   SGLANG_SIM_DEFAULT_MAX_TOKENS=N  tokens generated when the request names none (16)
   latency model (engine.py):
   SGLANG_SIM_PREFILL_TOKEN_LATENCY=S  prefill seconds per input token, added to PREFILL_LATENCY (0)
@@ -360,7 +361,7 @@ class Knobs:
     startup_delay: float = 0.0
     token_latency: float = 0.0
     prefill_latency: float = 0.0
-    handoff_timeout: float = 30.0
+    handoff_timeout: float = 300.0
     default_max_tokens: int = 16
     prefill_token_latency: float = 0.0
     prefill_slots: int = 1
@@ -431,6 +432,20 @@ def _env_health_timeout(env, problems: list[str]) -> int:
         return 20
 
 
+def _env_waiting_timeout(env, problems: list[str]) -> float:
+    """sglang/srt/environ.py SGLANG_DISAGGREGATION_WAITING_TIMEOUT = EnvInt(300): how long a decode waits for the KV of
+    a room (sglang/srt/disaggregation/common/conn.py, the receiver's waiting timeout); an invalid value warns and the
+    default is used, as EnvField.get does."""
+    raw = env.get("SGLANG_DISAGGREGATION_WAITING_TIMEOUT")
+    if raw in (None, ""):
+        return 300.0
+    try:
+        return float(int(raw))
+    except ValueError:
+        problems.append(f"SGLANG_DISAGGREGATION_WAITING_TIMEOUT={raw!r} is not an integer (sglang: EnvInt); using 300")
+        return 300.0
+
+
 def _env_bool(env, name: str, default: bool, problems: list[str]) -> bool:
     """sglang/srt/environ.py EnvBool.parse (and EnvField.get: an invalid value warns, the default is used)."""
     raw = env.get(name)
@@ -457,7 +472,7 @@ def load_knobs(env=None, version: str | None = None) -> Knobs:
         startup_delay=_env_float(env, "SGLANG_SIM_STARTUP_DELAY", 0.0, problems),
         token_latency=_env_float(env, "SGLANG_SIM_TOKEN_LATENCY", 0.0, problems),
         prefill_latency=_env_float(env, "SGLANG_SIM_PREFILL_LATENCY", 0.0, problems),
-        handoff_timeout=_env_float(env, "SGLANG_SIM_HANDOFF_TIMEOUT", 30.0, problems),
+        handoff_timeout=_env_float(env, "SGLANG_SIM_HANDOFF_TIMEOUT", _env_waiting_timeout(env, problems), problems),
         default_max_tokens=int(_env_float(env, "SGLANG_SIM_DEFAULT_MAX_TOKENS", 16, problems)) or 16,
         prefill_token_latency=_env_float(env, "SGLANG_SIM_PREFILL_TOKEN_LATENCY", 0.0, problems),
         prefill_slots=int(_env_float(env, "SGLANG_SIM_PREFILL_SLOTS", 1, problems)),

@@ -27,6 +27,7 @@ IDLE_METRICS_S = 30.0
 # sglang/srt/managers/scheduler.py LOAD_STALL_REFRESH_S: a scheduler with queued work but no batch to run publishes
 # its load snapshot this often (on_idle); the simulator's scheduler loop looks that often
 LOAD_STALL_REFRESH_S = 0.05
+DEFAULT_CHUNKED_PREFILL = 8192
 
 
 def prefill_seconds(knobs, input_tokens: int) -> float:
@@ -47,8 +48,15 @@ def kv_transfer(knobs, input_tokens: int) -> tuple[int, float]:
 class Engine:
     """Counts what SGLang's scheduler reports (queue, running, KV use) and makes requests wait their turn."""
 
-    def __init__(self, knobs, decode_log_interval: int = 40, load_publish_interval: int = 15):
+    def __init__(self, knobs, decode_log_interval: int = 40, load_publish_interval: int = 15,
+                 chunked_prefill_size: int | None = None):  # fmt: skip
         self.knobs = knobs
+        # --chunked-prefill-size: a prompt is prefilled in extend batches of at most this many tokens, and the
+        # scheduler publishes its load snapshot after each (scheduler.py process_batch_result, forced for an extend
+        # batch). Unset, sglang sizes it by GPU memory (sglang/srt/arg_groups/memory_hook.py
+        # _handle_gpu_memory_settings: 2048 to 16384); the double takes 8192, an 80 GB GPU's. -1 (or 0): one batch.
+        size = DEFAULT_CHUNKED_PREFILL if chunked_prefill_size is None else int(chunked_prefill_size)
+        self.chunk_tokens = size if size > 0 else None
         self.cond = threading.Condition()
         # What the scheduler publishes, as sglang 0.5.23 publishes it (not live counts): `gauges` feeds /metrics
         # (metrics_reporter.py -> metrics_collector.log_stats), `loads` feeds /v1/loads (scheduler.py
@@ -101,14 +109,19 @@ class Engine:
         queued = time.monotonic() - t0
         try:
             seconds = prefill_seconds(self.knobs, input_tokens)
-            if seconds > 0:
-                if stop is not None:
-                    stop.wait(seconds)
-                else:
-                    time.sleep(seconds)
-            # scheduler.py process_batch_result: the load snapshot is published as the batch's result is processed
-            # (forced for an extend batch), before a PD prefill's requests join the in-flight queue
-            self.publish_loads()
+            chunks = max(1, math.ceil(input_tokens / self.chunk_tokens)) if self.chunk_tokens else 1
+            for _chunk in range(chunks):
+                if seconds > 0:
+                    if stop is not None:
+                        stop.wait(seconds / chunks)
+                    else:
+                        time.sleep(seconds / chunks)
+                while self.stalled() and not (stop is not None and stop.is_set()):
+                    time.sleep(0.1)  # a scheduler that stalls mid-prompt runs no further batch and publishes nothing
+                # scheduler.py process_batch_result: the load snapshot is published as each extend batch's result is
+                # processed (forced), so after every chunk of a long prompt, and before a PD prefill's requests join
+                # the in-flight queue
+                self.publish_loads()
             if not pd_prefill:
                 # batch_result_processor.py: report_prefill_stats after the batch (a PD prefill reports once its
                 # requests are in the in-flight queue: report_prefill below, from generation.py)

@@ -286,6 +286,17 @@ class BaseHandler(BaseHTTPRequestHandler):
                 },
             )
             return True
+        if path == "/sim/stall" and self.command == "POST":
+            # fault injection for tests: the scheduler stalls now (?for=S seconds, default for good)
+            raw = (parse_qs(urlsplit(self.path).query).get("for") or [""])[0]
+            try:
+                seconds = float(raw) if raw not in ("", "inf") else None
+            except ValueError:
+                self.send_json(400, {"error": f"for={raw!r} is not a number of seconds"})
+                return True
+            start, end = self.state.life.stall_now(seconds)
+            self.send_json(200, {"stalled_from": start, "until": None if end == float("inf") else end})
+            return True
         if path == "/sim/lifecycle" and self.command == "GET":
             self.send_json(200, self.state.life.snapshot(self.state))
             return True

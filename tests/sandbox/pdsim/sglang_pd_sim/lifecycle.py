@@ -45,6 +45,7 @@ class Lifecycle:
         self.exit: dict | None = None
         self.requests: collections.deque = collections.deque(maxlen=MAX_REQUESTS)
         self._health_pending = False
+        self.runtime_stall: tuple[float, float] | None = None  # POST /sim/stall (stall_now)
         self._seq = 0
         self._at_sigterm: list[dict] = []  # the entries in flight at SIGTERM (their rid is known once parsed)
 
@@ -58,7 +59,19 @@ class Lifecycle:
                 self.up_at = time.time()
 
     # --- the scheduler: stall window (SGLANG_SIM_STALL_AFTER / SGLANG_SIM_STALL_FOR) ---------------------------
+    def stall_now(self, seconds: float | None) -> tuple[float, float]:
+        """Fault injection for tests (POST /sim/stall, no sglang counterpart): the scheduler stalls from now for
+        SECONDS (None: for good), as SGLANG_SIM_STALL_AFTER does at start-up."""
+        with self.lock:
+            now = time.time()
+            self.runtime_stall = (now, now + seconds if seconds is not None else float("inf"))
+            how_long = "good" if seconds is None else f"{seconds:g} s"
+            log.warning("sim: scheduler stalled by POST /sim/stall for %s", how_long)
+            return self.runtime_stall
+
     def stall_window(self) -> tuple[float, float] | None:
+        if self.runtime_stall is not None and time.time() < self.runtime_stall[1]:
+            return self.runtime_stall
         after = self.knobs.stall_after
         if after is None or self.up_at is None:
             return None

@@ -46,7 +46,8 @@ class SimState:
         self.tokenizer_path = args.tokenizer_path or args.model_path
         # the scheduler's report periods, from sglang's own flags (--decode-log-interval 40,
         # --load-snapshot-publish-interval 15): engine.py publishes the gauges and the load snapshot at those
-        self.engine = Engine(knobs, args.decode_log_interval, args.load_snapshot_publish_interval)
+        self.engine = Engine(knobs, args.decode_log_interval, args.load_snapshot_publish_interval,
+                             getattr(args, "chunked_prefill_size", None))  # fmt: skip
         self.metrics = SimMetrics(model_name=self.model_name, role=self.role, dp_size=args.dp_size or 1)
         self.life = Lifecycle(knobs)
         self.engine.stalled = self.life.stalled  # a hung scheduler publishes nothing
