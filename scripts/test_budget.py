@@ -62,17 +62,26 @@ def by_module(rows: list[dict]) -> list[tuple[str, str, int, float]]:
 
 
 def render(rows: list[dict], steps: list, lanes: dict[str, float], elapsed: float, budget: float) -> str:
-    lines = [f"suite {elapsed:.0f} s of a {budget:.0f} s budget; lanes: "
-             + ", ".join(f"{name} {secs:.0f} s" for name, secs in sorted(lanes.items()))]
+    lines = [
+        f"suite {elapsed:.0f} s of a {budget:.0f} s budget; lanes: "
+        + ", ".join(f"{name} {secs:.0f} s" for name, secs in sorted(lanes.items()))
+    ]
     lines += ["", "| step | seconds | exit |", "|---|---:|---:|"]
     lines += [f"| {name} | {secs:.0f} | {rc} |" for name, secs, rc in steps]
     lines += ["", "| lane-step | module | tests | seconds |", "|---|---|---:|---:|"]
     lines += [f"| {where} | {module} | {count} | {secs:.0f} |" for where, module, count, secs in by_module(rows)]
     slowest = sorted(rows, key=lambda row: -row["seconds"])[:SLOWEST]
-    lines += ["", f"The {len(slowest)} slowest tests:", "", "| lane-step | test | seconds | outcome |",
-              "|---|---|---:|---|"]
-    lines += [f"| {r['lane']}-{r['step']} | {r['module']}::{r['test']} | {r['seconds']:.0f} | {r['outcome']} |"
-              for r in slowest]
+    lines += [
+        "",
+        f"The {len(slowest)} slowest tests:",
+        "",
+        "| lane-step | test | seconds | outcome |",
+        "|---|---|---:|---|",
+    ]
+    lines += [
+        f"| {r['lane']}-{r['step']} | {r['module']}::{r['test']} | {r['seconds']:.0f} | {r['outcome']} |"
+        for r in slowest
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -90,8 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         args.markdown.write_text(text)
     if args.elapsed > args.budget:
-        print(f"test budget: the suite took {args.elapsed:.0f} s, past its budget of {args.budget:.0f} s "
-              "(DISAGG_TEST_BUDGET_S); the slowest tests are listed above", file=sys.stderr)
+        print(
+            f"test budget: the suite took {args.elapsed:.0f} s, past its budget of {args.budget:.0f} s "
+            "(DISAGG_TEST_BUDGET_S); the slowest tests are listed above",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
