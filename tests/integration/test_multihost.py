@@ -18,7 +18,7 @@ import faults
 import pytest
 import yaml
 from multihost import DECODE_INSTANCES, MODEL_REPO, MODEL_SHARDS, TEST_VARS, sandbox_up_command, write_inventory
-from sandbox_hosts import REPO, VENV_BIN, debug_messages, down, recap, run, ssh_config
+from sandbox_hosts import REPO, VENV_BIN, debug_messages, down, recap, run, ssh_config, wait_until
 
 from tests.sandbox import hubsim
 
@@ -613,11 +613,14 @@ def test_flag_change_rolls_out_without_a_failed_request(cluster, router_impl, ca
         )
     judge_restarts(cluster, result, units, since, capsys)
     # No handoff broke: every prefill's KV is back to idle once the load is over.
-    deadline = time.monotonic() + 15
-    used = prefill_kv_used(cluster)
-    while time.monotonic() < deadline and any(kv != 0 for kv in used.values()):
-        time.sleep(1)
-        used = prefill_kv_used(cluster)
+    readings = []
+
+    def idle():
+        readings.append(prefill_kv_used(cluster))
+        return all(kv == 0 for kv in readings[-1].values())
+
+    wait_until(idle, 15)
+    used = readings[-1]
     assert used and all(kv == 0 for kv in used.values()), f"prefill KV not back to idle after the restarts: {used}"
 
 
