@@ -4,6 +4,11 @@ inventories/multihost-example (see multihost.py): a GPU-less router host, a pref
 
 The tests ask the services what happened: the router's worker list, the simulator's request log
 (/sim/requests) on every worker, and the prefill bootstrap server's handoff state of each room.
+
+The module is one deployment and a sequence of changes, on sglang-router first, then (after one switch under load) on
+SMG. make test runs it in two parts side by side (scripts/test.sh): `-k "not smg"` on sandbox clm, and `-k smg` on a
+deployment of its own (DISAGG_MULTIHOST_SANDBOX=clms) that is converged from bare on sglang-router and switched to SMG
+by its first test, as the whole module's deployment is after its sglang-router tests.
 """
 
 import hashlib
