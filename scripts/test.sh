@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test in three lanes at once, each printing its lines with its name in front. What runs in which lane
 # follows the measured durations (docs/test-durations.md, issue 49), so that the lanes end close together:
-#   lane A: the multi-host module's sglang-router part (one three-host deployment and its sequence of changes);
-#   lane B: the multi-host module's SMG part on a deployment of its own (`-k smg`: the switch to SMG, then its rolling
-#           change, kill, scale-in and -out and worker key), then the routers' module (several routers behind HAProxy);
-#   lane C: the linters, pytest on everything else (unit tests and the one-host sandbox modules), molecule, then the
-#           unit tests and molecule's site scenario on the oldest supported ansible-core (2.19 on Python 3.11,
+#   lane A: the multi-host module's sglang-router tests (one three-host deployment and a sequence of changes) but its
+#           engine upgrade, then the benchmark and robust-values modules;
+#   lane B: the multi-host module's engine upgrade, switch to SMG and SMG tests on a deployment of its own, then the
+#           routers' module (several routers behind HAProxy), then the monitoring and hardening modules;
+#   lane C: the linters, pytest on everything else (unit tests and the other one-host sandbox modules), molecule, then
+#           the unit tests and molecule's site scenario on the oldest supported ansible-core (2.19 on Python 3.11,
 #           .venv-oldest).
 # A sandbox module spends most of its time waiting for services (weight loading, health checks, loads at a set rate):
 # the baseline fresh-clone run's lane A (multi-host and routers' modules, alone on the machine) kept 0.7 of the 2
@@ -41,10 +42,10 @@ run_pytest() {
   return "$rc"
 }
 
-# Which sandbox modules run in lanes A and B (issue 49's baseline, seconds of the modules alone on the machine: the
-# multi-host module's sglang-router part about 2000, its SMG part about 1000 with its own converge, the routers' module
-# about 1100, the benchmark module about 420, monitoring about 240, hardening about 170, robust values about 75); lane C
-# runs every other test.
+# Which sandbox modules run in lanes A and B besides the multi-host and routers' modules, by the durations of issue
+# 49's baseline (docs/test-durations.md: the multi-host module's sglang-router tests 2590 s beside other work, its
+# engine upgrade 842 s of them; the routers' module about 1100 s; the benchmark module about 420, monitoring 240,
+# hardening 170, robust values 75); lane C runs every other test.
 MULTIHOST=tests/integration/test_multihost.py
 ROUTERS=tests/integration/test_routers.py
 LANE_A_MODULES=(tests/integration/test_bench.py tests/integration/test_robust_values.py)
@@ -76,17 +77,20 @@ recap() {
   done
 }
 
-# The multi-host module in two parts, each on its own four-host deployment (each converges from bare; the SMG part
-# switches its deployment from sglang-router to SMG under load first): the parts of one sequence run side by side.
+# The multi-host module in two parts, each on its own four-host deployment converged from bare, side by side: lane A
+# its sglang-router tests but the engine upgrade; lane B the engine upgrade (about 14 min: two venv builds on three
+# hosts, two rolling runs, two reruns), then the switch to SMG under load and the SMG tests, in the module's order.
+MULTIHOST_A="not smg and not engine_upgrade"
+MULTIHOST_B="smg or engine_upgrade"
 lane_A() {
-  step A-multihost run_pytest A-multihost "$MULTIHOST" -k "not smg" -p no:cacheprovider \
+  step A-multihost run_pytest A-multihost "$MULTIHOST" -k "$MULTIHOST_A" -p no:cacheprovider \
     --basetemp="${TMPDIR:-/tmp}/disagg-test-lane-a" --durations=10 &&
     step A-pytest run_pytest A-pytest "${LANE_A_MODULES[@]}" -p no:cacheprovider \
       --basetemp="${TMPDIR:-/tmp}/disagg-test-lane-a-more" --durations=5
 }
 
 lane_B() {
-  DISAGG_MULTIHOST_SANDBOX=clms step B-multihost-smg run_pytest B-multihost-smg "$MULTIHOST" -k smg \
+  DISAGG_MULTIHOST_SANDBOX=clms step B-multihost run_pytest B-multihost "$MULTIHOST" -k "$MULTIHOST_B" \
     -p no:cacheprovider --basetemp="${TMPDIR:-/tmp}/disagg-test-lane-b" --durations=5 &&
     step B-routers run_pytest B-routers "$ROUTERS" -p no:cacheprovider \
       --basetemp="${TMPDIR:-/tmp}/disagg-test-lane-b-routers" --durations=10 &&

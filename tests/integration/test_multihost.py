@@ -6,9 +6,9 @@ The tests ask the services what happened: the router's worker list, the simulato
 (/sim/requests) on every worker, and the prefill bootstrap server's handoff state of each room.
 
 The module is one deployment and a sequence of changes, on sglang-router first, then (after one switch under load) on
-SMG. make test runs it in two parts side by side (scripts/test.sh): `-k "not smg"` on sandbox clm, and `-k smg` on a
-deployment of its own (DISAGG_MULTIHOST_SANDBOX=clms) that is converged from bare on sglang-router and switched to SMG
-by its first test, as the whole module's deployment is after its sglang-router tests.
+SMG. make test runs it in two parts side by side, each on a deployment of its own converged from bare
+(scripts/test.sh): its sglang-router tests but the engine upgrade on sandbox clm; the engine upgrade, the switch to SMG
+and the SMG tests (`-k "smg or engine_upgrade"`) on sandbox clms (DISAGG_MULTIHOST_SANDBOX), in the module's order.
 """
 
 import hashlib
@@ -88,8 +88,8 @@ def cluster(tmp_path_factory, hub):
 @pytest.fixture(scope="module")
 def rerun(cluster):
     """The run right after the first converge, and what the hub sent for it: asked for by the first converge's tests
-    (the first tests of the module), so it runs right after that converge. The module's SMG part alone (`-k smg`,
-    its own deployment in make test: scripts/test.sh) has none of them and goes on to its switch at once."""
+    (the first tests of the module), so it runs right after that converge. make test's second part of the module
+    (scripts/test.sh) has none of them and goes on to its engine upgrade at once."""
     if REUSE:
         pytest.fail("DISAGG_MULTIHOST_REUSE: no converge in this session (development mode)")
     hub = cluster["hub"]["hub"]
