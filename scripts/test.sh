@@ -44,8 +44,8 @@ run_pytest() {
 }
 
 # Which modules run in lanes A and B, by issue 49's durations (docs/test-durations.md; seconds, the baseline's figure
-# beside other work, then the last CI run's): the multi-host module's tests but the engine upgrade 1750 (1225), its
-# engine upgrade 842 (590) and SMG part 815 (570); the routers' module 1086 in CI; the one-host modules in CI: site 452,
+# beside other work, then the last CI run's): the multi-host module's tests but the engine upgrade 1755 (1222), its
+# engine upgrade 841 (585) and SMG part 838 (583); the routers' module 1086 in CI; the one-host modules in CI: site 452,
 # benchmark 420, hardening 172, robust values 75. Lane C runs every other test (its pytest about 1600 in CI, faults 585
 # of it), molecule, the linters and the oldest core (about 600).
 MULTIHOST=tests/integration/test_multihost.py
