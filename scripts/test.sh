@@ -1,25 +1,20 @@
 #!/usr/bin/env bash
-# Runs every test in two lanes at once, each printing its lines with its name in front:
-#   lane A: the multi-host module (one three-host deployment and a sequence of changes, on sglang-router and then on
-#           SMG) and the routers' module (several routers behind HAProxy, a sequence of router changes);
-#   lane B: the linters, then pytest on everything else (unit tests and the other sandbox modules, the fault module
-#           ending on SMG and the benchmark and accuracy module among them), then molecule, then the unit tests and
-#           molecule's site scenario on the oldest supported ansible-core (2.19 on Python 3.11, .venv-oldest).
-# Stop 28: lane A 28 min, lane B 48 min; the multi-host module's SMG steps (a switch, a rolling change, a kill, a
-# scale-in and -out) add about 15 min to lane A (stop 29's CI: lane A 55 min, lane B 65 min; since then the bad
-# inventory table runs 30 of its rows in the sandbox, one or more per preflight task that can fail, not 53).
-# Session 33's fresh clone: lane A's pytest 61 min (the multi-host module's 18 tests, the benchmark module's 2 of
-# about 5 min), lane B's 44 min; the benchmark module moved to lane B.
-# Since issue 37 every sandbox host's engines load 10 s and warm up 2 s (tests/sandbox/engine_timing.py) and
-# test_hardening runs at the role's sglang_restart_sec (10 s); measured one module at a time beside other sandbox jobs
-# (s, before -> after): test_site 357 -> 452, test_monitoring 191 -> 238, test_hardening 100 -> 172 (its crash loop of
-# six restarts 27 -> 86), test_bad_inventories 111 -> 124, test_robust_values 77 -> 75 (its converge 46 -> 53).
-# A sandbox module spends most of its time waiting for services (weight loading, health checks, loads at a
-# set rate), so two of them share the 2 cores of a CI machine well; each module boots its own named sandbox
-# and the sandbox tool locks what they share (rootfs, wheelhouse, network). Fails if either lane fails.
-# Session 48: the routers' module grew from 655 s to 1086 s (a version change and the switch to SMG on both
-# layouts); the oldest converge (about 5 min) moved from lane A to the end of lane B. Its fresh-clone CI run: lane A
-# 3608 s (pytest 3474 s, molecule 134 s), lane B 3419 s; molecule moved to lane B.
+# Runs every test in three lanes at once, each printing its lines with its name in front. What runs in which lane
+# follows the measured durations (docs/test-durations.md, issue 49), so that the lanes end close together:
+#   lane A: the multi-host module's sglang-router tests (one three-host deployment and a sequence of changes) but its
+#           engine upgrade, then the benchmark, site, robust-values and hardening modules;
+#   lane B: the multi-host module's engine upgrade, switch to SMG and SMG tests on a deployment of its own, then the
+#           routers' module (several routers behind HAProxy);
+#   lane C: the linters, pytest on everything else (unit tests and the other one-host sandbox modules), molecule, then
+#           the unit tests and molecule's site scenario on the oldest supported ansible-core (2.19 on Python 3.11,
+#           .venv-oldest).
+# A sandbox module spends most of its time waiting for services (weight loading, health checks, loads at a set rate):
+# in issue 49's baseline the multi-host module's sglang-router tests used 0.53 of the 2 cores (its guests 811 CPU-s,
+# its controller 567, in 2620 s), most of it in ansible-playbook runs and venv builds. Each module boots its own named
+# sandbox and the sandbox tool locks what they share (rootfs, wheelhouse, network). Fails if any lane fails, or past
+# the budget below.
+# History: session 33's fresh clone ran lane A's pytest 61 min; session 48's CI run lane A 3608 s (multi-host and
+# routers' modules, molecule), lane B 3419 s (all else); issue 49's baseline is docs/test-durations.md.
 # `scripts/test.sh lint` runs the linters only; `scripts/test.sh bench` the benchmark test alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,8 +43,16 @@ run_pytest() {
   return "$rc"
 }
 
-# Lane A's pytest modules; lane B runs every other test.
-LANE_A_TESTS=(tests/integration/test_multihost.py tests/integration/test_routers.py)
+# Which modules run in lanes A and B, by issue 49's durations (docs/test-durations.md; seconds, the baseline's figure
+# beside other work, then the last CI run's): the multi-host module's tests but the engine upgrade 1755 (1222), its
+# engine upgrade 841 (585) and SMG part 838 (583); the routers' module 1086 in CI; the one-host modules in CI: site 452,
+# benchmark 420, hardening 172, robust values 75. Lane C runs every other test (its pytest about 1600 in CI, faults 585
+# of it), molecule, the linters and the oldest core (about 600).
+MULTIHOST=tests/integration/test_multihost.py
+ROUTERS=tests/integration/test_routers.py
+LANE_A_MODULES=(tests/integration/test_bench.py tests/integration/test_site.py tests/integration/test_robust_values.py
+  tests/integration/test_hardening.py)
+LANES=(A B C)
 
 # Runs "$@" with every line it prints prefixed by the lane's name, keeping a copy in $LANE_LOGS/<name>.log (the
 # recap reads it); its exit status is the command's.
@@ -66,7 +69,7 @@ lane() {
 recap() {
   local name log
   echo "== recap"
-  for name in A B; do
+  for name in "${LANES[@]}"; do
     log=$LANE_LOGS/$name.log
     grep -E '^\[lane .\] (FAILED|ERROR) |^\[lane .\] =+ .*(passed|failed|error).* in |^== lane ' "$log" || true
     if ! grep -q "^== lane $name ended: exit 0 " "$log"; then
@@ -76,14 +79,29 @@ recap() {
   done
 }
 
-lane_a() {
-  step A-pytest run_pytest A-pytest "${LANE_A_TESTS[@]}" -p no:cacheprovider --basetemp="${TMPDIR:-/tmp}/disagg-test-lane-a" --durations=10
+# The multi-host module in two parts, each on its own four-host deployment converged from bare, side by side: lane A
+# its sglang-router tests but the engine upgrade; lane B the engine upgrade (about 14 min: two venv builds on three
+# hosts, two rolling runs, two reruns), then the switch to SMG under load and the SMG tests, in the module's order.
+MULTIHOST_A="not smg and not engine_upgrade"
+MULTIHOST_B="smg or engine_upgrade"
+lane_A() {
+  step A-multihost run_pytest A-multihost "$MULTIHOST" -k "$MULTIHOST_A" -p no:cacheprovider \
+    --basetemp="${TMPDIR:-/tmp}/disagg-test-lane-a" --durations=10 &&
+    step A-pytest run_pytest A-pytest "${LANE_A_MODULES[@]}" -p no:cacheprovider \
+      --basetemp="${TMPDIR:-/tmp}/disagg-test-lane-a-more" --durations=5
+}
+
+lane_B() {
+  DISAGG_MULTIHOST_SANDBOX=clms step B-multihost run_pytest B-multihost "$MULTIHOST" -k "$MULTIHOST_B" \
+    -p no:cacheprovider --basetemp="${TMPDIR:-/tmp}/disagg-test-lane-b" --durations=5 &&
+    step B-routers run_pytest B-routers "$ROUTERS" -p no:cacheprovider \
+      --basetemp="${TMPDIR:-/tmp}/disagg-test-lane-b-routers" --durations=10
 }
 
 # The oldest ansible-core of meta/runtime.yml's range (the newest is .venv, which runs everything else), with
-# .venv-oldest (scripts/bootstrap.sh) first on PATH: its unit tests (about 3 min, at the end of lane B) and one real
+# .venv-oldest (scripts/bootstrap.sh) first on PATH: its unit tests (about 3 min, at the end of lane C) and one real
 # converge, molecule's site scenario (one host, prefill, decode and router; converge, idempotence, verify; about
-# 5 min, after them). Split so that neither lane passes 60 min with the engines' realistic start and stop.
+# 5 min, after them).
 oldest() {
   echo "== oldest supported: ansible-core $(.venv-oldest/bin/python -c 'from ansible.release import __version__ as v
 print(v)'), $(.venv-oldest/bin/python -V)"
@@ -93,16 +111,18 @@ print(v)'), $(.venv-oldest/bin/python -V)"
 # The oldest run is for the collection: tests/unit. The tests of the test doubles and tools (the engine simulator, the
 # hub simulator, the load client, HAProxy's stats reader) live beside them under tests/sandbox and run once, on .venv.
 run_oldest_units() {
-  oldest run_pytest B-oldest tests/unit -p no:cacheprovider --basetemp="${TMPDIR:-/tmp}/disagg-test-oldest"
+  oldest run_pytest C-oldest tests/unit -p no:cacheprovider --basetemp="${TMPDIR:-/tmp}/disagg-test-oldest"
 }
 
 run_oldest_converge() {
   oldest molecule test -s site
 }
 
-lane_b() {
-  step B-lint run_lint && step B-pytest run_pytest B-pytest tests "${LANE_A_TESTS[@]/#/--ignore=}" --durations=25 &&
-    run_molecule && step B-oldest run_oldest_units && step B-oldest-converge run_oldest_converge
+lane_C() {
+  step C-lint run_lint &&
+    step C-pytest run_pytest C-pytest tests --ignore="$MULTIHOST" --ignore="$ROUTERS" \
+      "${LANE_A_MODULES[@]/#/--ignore=}" --durations=25 &&
+    run_molecule && step C-oldest run_oldest_units && step C-oldest-converge run_oldest_converge
 }
 
 # step NAME CMD...: runs CMD and appends "NAME<TAB>seconds<TAB>exit" to $TEST_RESULTS/steps.tsv.
@@ -121,39 +141,47 @@ BUDGET_S=${DISAGG_TEST_BUDGET_S:-2700}
 
 budget() {
   local elapsed=$1 lanes=() name
-  for name in A B; do
+  for name in "${LANES[@]}"; do
     lanes+=(--lane "$name=$(sed -n "s/^== lane $name ended: exit [0-9]* after \([0-9]*\) s$/\1/p" \
-      "$LANE_LOGS/$name.log" | sed 's/^\[lane .\] //' | tail -n 1)")
+      "$LANE_LOGS/$name.log" | tail -n 1)")
   done
   python scripts/test_budget.py "$TEST_RESULTS" --budget "$BUDGET_S" --elapsed "$elapsed" "${lanes[@]}" \
     ${DISAGG_TEST_DURATIONS:+--markdown "$DISAGG_TEST_DURATIONS"}
 }
 
 run_lanes() {
-  local pid_a pid_b rc_a=0 rc_b=0 rc_budget=0 start=$SECONDS
+  local pids=() rcs=() rc_budget=0 start=$SECONDS name i
   LANE_LOGS=$(mktemp -d "${TMPDIR:-/tmp}/disagg-test-lanes.XXXXXX")
   TEST_RESULTS=$LANE_LOGS/results
   mkdir -p "$TEST_RESULTS"
-  lane A lane_a &
-  pid_a=$!
-  lane B lane_b &
-  pid_b=$!
-  wait "$pid_a" || rc_a=$?
-  wait "$pid_b" || rc_b=$?
+  for name in "${LANES[@]}"; do
+    lane "$name" "lane_$name" &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    rcs[i]=0
+    wait "${pids[i]}" || rcs[i]=$?
+  done
   recap
   echo "== budget"
   budget "$((SECONDS - start))" || rc_budget=$?
   rm -rf "$LANE_LOGS"
-  ((rc_a == 0 && rc_b == 0 && rc_budget == 0))
+  for i in "${!rcs[@]}"; do
+    ((rcs[i] == 0)) || return 1
+  done
+  ((rc_budget == 0))
 }
 
+# Every molecule scenario but site, which runs on the oldest core only (run_oldest_converge): on the newest, its
+# converge of the sandbox inventory from bare, its idempotence and its verify are test_site's first converge, its rerun
+# and its placement test (issue 49: the same converge twice, about 2 min).
 run_molecule() {
   echo "== molecule"
   local scenario
   for scenario in molecule/*/molecule.yml; do
     scenario=$(basename "$(dirname "$scenario")")
-    [[ $scenario == shared ]] && continue
-    step "B-molecule-$scenario" molecule test -s "$scenario" || return
+    [[ $scenario == shared || $scenario == site ]] && continue
+    step "C-molecule-$scenario" molecule test -s "$scenario" || return
   done
 }
 

@@ -50,6 +50,21 @@ def run(cmd, *, check=True, timeout=900, env=None, stdin=None, quiet=False):
     return proc
 
 
+def wait_until(probe, timeout, what=None, interval=1.0):
+    """probe()'s first truthy answer within TIMEOUT seconds (polled every INTERVAL s). Past the timeout: the test fails
+    saying WHAT it waited for and probe's last answer, or, with WHAT None, the last answer is returned (the test then
+    asserts on what it saw). Every wait of the sandbox modules is this one loop."""
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    if what is not None:
+        pytest.fail(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+    return last
+
+
 def ssh_config(name):
     """The ssh config `python -m tests.sandbox up --name NAME` writes."""
     return REPO / ".cache" / "sandbox" / name / "ssh_config"
@@ -81,6 +96,15 @@ def write_inventory(directory, name, host, groups=GROUPS, host_vars=None):
     (directory / "hosts.yml").write_text(yaml.safe_dump(inventory))
     (directory / "group_vars").symlink_to(REPO / "inventories" / "sandbox" / "group_vars")
     return directory
+
+
+def one_host(tmp_path_factory, name, label, host_vars=None):
+    """Boots sandbox NAME's one host and writes an inventory of it (write_inventory: every group, the sandbox
+    inventory's group_vars) in a fresh folder LABEL; returns {"dir": that folder, "inventory", "ssh_config"}."""
+    up(name)
+    directory = tmp_path_factory.mktemp(label)
+    inventory = write_inventory(directory / "inventory", name, f"{name}-1", host_vars=host_vars)
+    return {"dir": directory, "inventory": str(inventory), "ssh_config": str(ssh_config(name))}
 
 
 def debug_messages(output):

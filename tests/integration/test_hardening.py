@@ -14,7 +14,7 @@ import time
 
 import pytest
 import yaml
-from sandbox_hosts import REPO, VENV_BIN, down, run, ssh_config, up, write_inventory
+from sandbox_hosts import REPO, VENV_BIN, down, one_host, run, wait_until
 
 SANDBOX = "pytest-hardening"
 HOST = f"{SANDBOX}-1"
@@ -42,9 +42,8 @@ def readme_exposures():
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory):
     """A sandbox host converged with vaulted secrets; yields paths and the first run's output."""
-    up(SANDBOX)
-    tmp = tmp_path_factory.mktemp("hardening")
-    inv = write_inventory(tmp / "inventory", SANDBOX, HOST)
+    env = one_host(tmp_path_factory, SANDBOX, "hardening")
+    tmp = env["dir"]
     # The secrets as a user keeps them: `ansible-vault encrypt_string` values (the value on stdin).
     password = tmp / "vault-password"
     password.write_text("hardening-test-vault-password\n")
@@ -66,8 +65,7 @@ def sandbox(tmp_path_factory):
         )
     )
     assert vault.read_text().count("!vault |") == 2 and not any(s in vault.read_text() for s in SECRETS)
-    args = ["-e", f"@{vault}", "--vault-password-file", str(password)]
-    env = {"inventory": str(inv), "ssh_config": str(ssh_config(SANDBOX)), "args": args}
+    env["args"] = ["-e", f"@{vault}", "--vault-password-file", str(password)]
     env["converge"] = playbook(env).stdout
     on_host(env, "cat > /root/http_probe.py", stdin=HTTP_PROBE)
     yield env
@@ -114,13 +112,16 @@ def show(sandbox, unit, *props):
 
 
 def wait_ready(sandbox, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status, text = http(sandbox, "/readiness")
-        if status == 200:
-            return
-        time.sleep(1)
-    pytest.fail(f"the router did not become ready again within {timeout} s: {status} {text[:500]}")
+    """Until the router's /readiness answers 200 (the test fails past TIMEOUT, with its last answer)."""
+    answers = []
+
+    def ready():
+        answers.append(http(sandbox, "/readiness"))
+        return answers[-1][0] == 200
+
+    if not wait_until(ready, timeout):
+        status, text = answers[-1] if answers else (None, "")
+        pytest.fail(f"the router did not become ready again within {timeout} s: {status} {text[:500]}")
 
 
 def generate(sandbox, key):
@@ -241,15 +242,14 @@ def kill_and_wait(sandbox, unit):
     """kill -9 the unit's main process; returns the unit's state once systemd has acted on it."""
     before = show(sandbox, unit, "MainPID")["MainPID"]
     on_host(sandbox, f"kill -9 {before}")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def acted():
         state = show(sandbox, unit, "ActiveState", "SubState", "MainPID", "NRestarts", "Result")
-        if state["ActiveState"] == "failed":
-            return state
-        if state["ActiveState"] == "active" and state["MainPID"] not in ("0", before):
-            return state
-        time.sleep(0.5)
-    pytest.fail(f"{unit} neither came back nor failed after kill -9: {state}")
+        failed = state["ActiveState"] == "failed"
+        back = state["ActiveState"] == "active" and state["MainPID"] not in ("0", before)
+        return state if failed or back else None
+
+    return wait_until(acted, 60, f"{unit} back or failed after kill -9", interval=0.5)
 
 
 def test_a_crash_comes_back_and_a_crash_loop_stops(sandbox):

@@ -28,7 +28,7 @@ import urllib.parse
 
 import pytest
 import yaml
-from sandbox_hosts import REPO, VENV_BIN, down, run, ssh_config, up, write_inventory
+from sandbox_hosts import REPO, VENV_BIN, down, run, ssh_config, up, wait_until, write_inventory
 
 sys.path.insert(0, str(REPO / "tests" / "monitoring"))
 import prom
@@ -60,16 +60,6 @@ def http_status(method, url, body=None, timeout=30):
         return http(method, url, body, timeout=timeout)[0]
     except OSError:
         return 0
-
-
-def wait_until(probe, timeout, what, interval=1.0):
-    deadline, last = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 class Prometheus:
@@ -248,11 +238,7 @@ def traffic(deployment):
         print(f"prefill dropping KV transfers: {[one(f'drop {i}') for i in range(2)]}")
         # Before the prefill is stopped (its failed bootstraps raise the same alert): only the dropped transfers
         # can raise it here. Decode counts them (sglang:num_transfer_failed_reqs_total{role="decode"}).
-        deadline = time.monotonic() + KV_ALERT_WAIT
-        kv_alert = kv_alert_on_decode(deployment["prometheus"])
-        while kv_alert is None and time.monotonic() < deadline:
-            time.sleep(1)
-            kv_alert = kv_alert_on_decode(deployment["prometheus"])
+        kv_alert = wait_until(lambda: kv_alert_on_decode(deployment["prometheus"]), KV_ALERT_WAIT)
         faults["kv_alert_during_drop"] = kv_alert or alert_rule(deployment["prometheus"], KV_ALERT)
         faults["transfer_failed"] = deployment["prometheus"].query(
             'sglang:num_transfer_failed_reqs_total{cluster="mon",role="decode"}'
@@ -410,17 +396,6 @@ def rule_alerts_matching(prometheus, name, **labels):
             and all(a["labels"].get(k) == v for k, v in labels.items())]  # fmt: skip
 
 
-def wait_for(probe, timeout, interval=1.0):
-    """probe()'s first truthy answer within TIMEOUT seconds, else its last answer (the test then says what it saw)."""
-    deadline, last = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval)
-    return last
-
-
 @pytest.fixture(scope="module")
 def router_disagreement(deployment, traffic):
     """After the traffic: the routers agree; then a worker added to router-b by hand (the decode again under another
@@ -444,8 +419,8 @@ def router_disagreement(deployment, traffic):
     print(f"router-b, POST /workers {body}: {answer}")
     try:
         # the router registers it in the background (POST answers 202 at once)
-        seen["listed"] = wait_for(lambda: extra in router_lists(8002), 60)
-        seen["disagree_pending"] = wait_for(
+        seen["listed"] = wait_until(lambda: extra in router_lists(8002), 60)
+        seen["disagree_pending"] = wait_until(
             lambda: rule_alerts_matching(server, "SGLangRoutersDisagree", worker=extra), ROUTER_ALERT_WAIT
         )
         seen["disagree_query"] = server.query(disagree)
@@ -456,7 +431,7 @@ def router_disagreement(deployment, traffic):
         listed = router_lists(8002)
         if extra in listed:
             on_host(f"curl -sS --noproxy '*' -X DELETE http://127.0.0.1:8002/workers/{listed[extra]}")
-    seen["disagree_after"] = wait_for(lambda: not server.query(disagree) and "agree", ROUTER_ALERT_WAIT)
+    seen["disagree_after"] = wait_until(lambda: not server.query(disagree) and "agree", ROUTER_ALERT_WAIT)
     return seen
 
 
@@ -466,7 +441,7 @@ def router_stopped(deployment, traffic):
     server, seen = deployment["prometheus"], {}
     on_host("systemctl stop sglang-router-b")
     try:
-        seen["out_pending"] = wait_for(
+        seen["out_pending"] = wait_until(
             lambda: rule_alerts_matching(server, "SGLangRouterOutOfLoadBalancer", server="mon-1-router-b"),
             ROUTER_ALERT_WAIT,
         )
@@ -476,7 +451,7 @@ def router_stopped(deployment, traffic):
         seen["statuses_one_router"] = [http_status("POST", f"{router}/generate", body, 60) for _unused in range(4)]
     finally:
         on_host("systemctl start sglang-router-b")
-    seen["back"] = wait_for(
+    seen["back"] = wait_until(
         lambda: server.query('haproxy_server_status{cluster="mon",server="mon-1-router-b",state="UP"} == 1'),
         ROUTER_ALERT_WAIT,
     )

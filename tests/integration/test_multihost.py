@@ -4,6 +4,11 @@ inventories/multihost-example (see multihost.py): a GPU-less router host, a pref
 
 The tests ask the services what happened: the router's worker list, the simulator's request log
 (/sim/requests) on every worker, and the prefill bootstrap server's handoff state of each room.
+
+The module is one deployment and a sequence of changes, on sglang-router first, then (after one switch under load) on
+SMG. make test runs it in two parts side by side, each on a deployment of its own converged from bare
+(scripts/test.sh): its sglang-router tests but the engine upgrade on sandbox clm; the engine upgrade, the switch to SMG
+and the SMG tests (`-k "smg or engine_upgrade"`) on sandbox clms (DISAGG_MULTIHOST_SANDBOX), in the module's order.
 """
 
 import hashlib
@@ -18,7 +23,7 @@ import faults
 import pytest
 import yaml
 from multihost import DECODE_INSTANCES, MODEL_REPO, MODEL_SHARDS, TEST_VARS, sandbox_up_command, write_inventory
-from sandbox_hosts import REPO, VENV_BIN, debug_messages, down, recap, run, ssh_config
+from sandbox_hosts import REPO, VENV_BIN, debug_messages, down, recap, run, ssh_config, wait_until
 
 from tests.sandbox import hubsim
 
@@ -65,23 +70,34 @@ def cluster(tmp_path_factory, hub):
         inv = tmp_path_factory.mktemp("multihost-inventory")
         layout = write_inventory(inv, SANDBOX, {"sglang_hub_token": HUB_TOKEN},
                                  hub={"port": hub["port"], "revision": hub["revisions"][0].commit})  # fmt: skip
-        first = second = None
+        first = None
         stats = {}
         if not REUSE:
             hub["hub"].reset()
             first = run([str(VENV_BIN / "ansible-playbook"), "-i", str(inv), "site.yml"], timeout=1500)
             stats["first"] = hub["hub"].stats()
-            hub["hub"].reset()
-            second = run([str(VENV_BIN / "ansible-playbook"), "-i", str(inv), "site.yml"], timeout=1500)
-            stats["second"] = hub["hub"].stats()
-            print(f"converge {first.seconds:.1f} s, rerun {second.seconds:.1f} s")
+            print(f"converge {first.seconds:.1f} s")
         router_host = layout["router"][0]["name"]
         run(["scp", "-q", "-F", str(ssh_config(SANDBOX)), str(LOAD), f"{router_host}:{GUEST_LOAD}"])
-        yield {"inventory": inv, "layout": layout, "first": first, "second": second, "vars": {}, "hub": hub,
-               "hub_stats": stats}  # fmt: skip
+        yield {"inventory": inv, "layout": layout, "first": first, "vars": {}, "hub": hub, "hub_stats": stats}
     finally:
         if not os.environ.get("DISAGG_MULTIHOST_KEEP"):
             down(SANDBOX)
+
+
+@pytest.fixture(scope="module")
+def rerun(cluster):
+    """The run right after the first converge, and what the hub sent for it: asked for by the first converge's tests
+    (the first tests of the module), so it runs right after that converge. make test's second part of the module
+    (scripts/test.sh) has none of them and goes on to its engine upgrade at once."""
+    if REUSE:
+        pytest.fail("DISAGG_MULTIHOST_REUSE: no converge in this session (development mode)")
+    hub = cluster["hub"]["hub"]
+    hub.reset()
+    second = run([str(VENV_BIN / "ansible-playbook"), "-i", str(cluster["inventory"]), "site.yml"], timeout=1500)
+    cluster["hub_stats"]["second"] = hub.stats()
+    print(f"rerun {second.seconds:.1f} s")
+    return second
 
 
 def on(host, command, timeout=120):
@@ -98,10 +114,8 @@ def router(cluster):
     return cluster["layout"]["router"][0]["name"]
 
 
-def test_rerun_changes_nothing(cluster):
-    if REUSE:
-        pytest.fail("DISAGG_MULTIHOST_REUSE: no converge in this session (development mode)")
-    counts = recap(cluster["second"].stdout)
+def test_rerun_changes_nothing(cluster, rerun):
+    counts = recap(rerun.stdout)
     assert set(counts) == {h["name"] for hs in cluster["layout"].values() for h in hs}
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
     # the rerun downloads nothing: the hub sent no file byte (the preflight's one model-info answer is all it asked)
@@ -116,9 +130,7 @@ def staged_dirs(host):
     return sorted(on(host, "ls -1 /opt/models | grep -- '-[0-9a-f]\\{40\\}$' || true").split())
 
 
-def test_a_bare_cluster_took_one_copy_of_the_model_from_the_hub_and_the_rest_from_a_peer(cluster, capsys):
-    if REUSE:
-        pytest.fail("DISAGG_MULTIHOST_REUSE: no converge in this session (development mode)")
+def test_a_bare_cluster_took_one_copy_of_the_model_from_the_hub_and_the_rest_from_a_peer(cluster, rerun, capsys):
     revision = cluster["hub"]["revisions"][0]
     one_copy = model_bytes(revision)
     stats = cluster["hub_stats"]["first"]
@@ -128,7 +140,7 @@ def test_a_bare_cluster_took_one_copy_of_the_model_from_the_hub_and_the_rest_fro
     assert stats["file_bytes"] == one_copy, stats
     # every request carried the token, and no output of either run shows it
     assert stats["unauthorized"] == 0 and cluster["hub_stats"]["second"]["unauthorized"] == 0
-    assert all(HUB_TOKEN not in proc.stdout + proc.stderr for proc in (cluster["first"], cluster["second"]))
+    assert all(HUB_TOKEN not in proc.stdout + proc.stderr for proc in (cluster["first"], rerun))
     workers = cluster["layout"]["prefill"] + cluster["layout"]["decode"]
     assert f"{one_copy} bytes from the hub onto" in line and f"{2 * one_copy} bytes from" in line, line
     staged = f"DeepSeek-V4-Flash-{revision.commit}"
@@ -613,11 +625,14 @@ def test_flag_change_rolls_out_without_a_failed_request(cluster, router_impl, ca
         )
     judge_restarts(cluster, result, units, since, capsys)
     # No handoff broke: every prefill's KV is back to idle once the load is over.
-    deadline = time.monotonic() + 15
-    used = prefill_kv_used(cluster)
-    while time.monotonic() < deadline and any(kv != 0 for kv in used.values()):
-        time.sleep(1)
-        used = prefill_kv_used(cluster)
+    readings = []
+
+    def idle():
+        readings.append(prefill_kv_used(cluster))
+        return all(kv == 0 for kv in readings[-1].values())
+
+    wait_until(idle, 15)
+    used = readings[-1]
     assert used and all(kv == 0 for kv in used.values()), f"prefill KV not back to idle after the restarts: {used}"
 
 

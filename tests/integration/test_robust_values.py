@@ -19,7 +19,7 @@ import os
 import shlex
 
 import pytest
-from sandbox_hosts import VENV_BIN, down, run, ssh_config, up, write_inventory
+from sandbox_hosts import VENV_BIN, down, one_host, run
 
 SANDBOX = os.environ.get("DISAGG_ROBUST_SANDBOX", "pytest-robust")
 HOST = f"{SANDBOX}-1"
@@ -80,12 +80,10 @@ except urllib.error.HTTPError as e:
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
-    up(SANDBOX)
-    tmp = tmp_path_factory.mktemp("robust")
-    inventory = write_inventory(tmp / "inventory", SANDBOX, HOST)
-    extra = tmp / "values.json"
+    env = one_host(tmp_path_factory, SANDBOX, "robust")
+    extra = env["dir"] / "values.json"
     extra.write_text(json.dumps(VALUES))
-    env = {"inventory": str(inventory), "ssh_config": str(ssh_config(SANDBOX)), "extra": str(extra)}
+    env["extra"] = str(extra)
     # The model directory with spaces exists on the host before the run (preflight looks for it).
     on_host(env, f"cp -a {SANDBOX_MODEL} {shlex.quote(MODEL_PATH)} && ls {shlex.quote(MODEL_PATH)}")
     env["first"] = playbook(env)

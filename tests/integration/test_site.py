@@ -94,6 +94,35 @@ def test_rerun_changes_nothing_and_restarts_nothing(sandbox):
     assert re.search(r"The capital of France is -> +\S", out), "no answer through the router was printed"
 
 
+# Where the rtxpro6000-8x box's workers run (the sandbox inventory's profile): prefill on GPUs 0-3 of NUMA node 0,
+# decode on 4-7 of node 1. What molecule's site scenario verifies on the oldest ansible-core (molecule/site/verify.yml),
+# asked here of the newest's converge (issue 49: the newest core's molecule site scenario was this module's converge
+# again).
+PLACEMENT = {"sglang-prefill0": ("0,1,2,3", 0), "sglang-decode0": ("4,5,6,7", 1)}
+
+
+def test_each_worker_runs_on_its_placement_and_a_request_crosses_from_prefill_to_decode(sandbox):
+    """Behaviour, not files: systemd's ExecStart and each worker process's environment say its GPUs and NUMA node;
+    one request through the router is answered, and the room decode finished last is one prefill saw."""
+    for unit, (gpus, node) in PLACEMENT.items():
+        pid = on_host(sandbox, f"systemctl show -P MainPID {unit}.service").strip()
+        environ = on_host(sandbox, f"tr '\\0' '\\n' < /proc/{pid}/environ").splitlines()
+        assert f"CUDA_VISIBLE_DEVICES={gpus}" in environ and "SGLANG_AUTO_NUMA_BIND=0" in environ, (unit, environ)
+        exec_start = on_host(sandbox, f"systemctl show -P ExecStart {unit}.service")
+        assert f"--cpunodebind={node} --membind={node}" in exec_start, (unit, exec_start)
+    body = json.dumps({"text": "verify", "sampling_params": {"max_new_tokens": 4}})
+    answer = json.loads(on_host(sandbox, "curl -sS --noproxy '*' -m 60 -H 'Content-Type: application/json' "
+                                         f"-d {shlex.quote(body)} http://127.0.0.1:8000/generate"))  # fmt: skip
+    assert answer["text"], answer
+    seen = {port: json.loads(on_host(sandbox, f"curl -sS --noproxy '*' -m 10 "
+                                              f"'http://127.0.0.1:{port}/sim/requests?path=/generate'"))
+            for port in (30000, 30001)}  # fmt: skip
+    prefill_rooms = [e["bootstrap_room"] for e in seen[30000]]
+    decode_rooms = [e["bootstrap_room"] for e in seen[30001]]
+    assert decode_rooms and decode_rooms[-1] in prefill_rooms, (prefill_rooms, decode_rooms)
+    assert next(e for e in seen[30001] if e["bootstrap_room"] == decode_rooms[-1])["status"] == 200, seen[30001]
+
+
 def test_a_unit_file_edited_by_hand_is_repaired_by_the_next_run(sandbox):
     """Drift: a unit file changed on the host (here a flag appended to its command line) is found by the next run,
     which writes the planned file back and restarts the unit onto it; the run after changes nothing."""
