@@ -766,12 +766,23 @@ ROLE_SMG_FLAGS = {
     "upstream-pool-idle-timeout-secs": "sglang_router_smg_upstream_pool_idle_timeout",
 }
 ROUTE_AROUND_BOUND_S = 10.0  # a frozen or dead worker gets no request sent later than this after the fault
+# The fail-fast health settings of docs/fail-fast.md, set through the role's variables (not its defaults yet: the
+# defaults file says why).
+FAIL_FAST = {
+    "health-check-interval-secs": 2,
+    "health-failure-threshold": 2,
+    "health-check-timeout-secs": 2,
+    "health-check-endpoint": "/ready",
+    "cb-failure-threshold": 10000,
+}
 
 
 def role_flags(router_impl: str, **override) -> list[str]:
-    """The role's defaults (roles/sglang_router/defaults/main.yml) as router flags, OVERRIDE (flag: value) on top."""
+    """The role's defaults (roles/sglang_router/defaults/main.yml) as router flags with the fail-fast settings
+    (FAIL_FAST) and OVERRIDE (flag: value) on top."""
     table = {**ROLE_ROUTER_FLAGS, **(ROLE_SMG_FLAGS if router_impl == "smg" else {})}
     values = {flag: ROLE_DEFAULTS[var] for flag, var in table.items()}
+    values.update(FAIL_FAST)
     values.update(override)
     return [word for flag, value in values.items() for word in (f"--{flag}", str(value))]
 
@@ -897,7 +908,7 @@ def test_the_roles_health_check_keeps_a_prefill_busy_on_a_long_prompt(router_imp
     wait_sim_healthy(decode)
     python = request.getfixturevalue("smg_python") if router_impl == "smg" else None
     seen = {}
-    for endpoint in (ROLE_DEFAULTS["sglang_router_health_check_endpoint"], "/health"):
+    for endpoint in (FAIL_FAST["health-check-endpoint"], "/health"):
         router = pd_launcher.router(prefill, decode, *role_flags(router_impl, **{"health-check-endpoint": endpoint}),
                                     python=python)  # fmt: skip
         wait_router_ready(router, timeout=60)
@@ -911,7 +922,7 @@ def test_the_roles_health_check_keeps_a_prefill_busy_on_a_long_prompt(router_imp
         router.stop()
         assert status == 200, (endpoint, status)
     report(capsys, f"{router_impl}: the prefill's health in the router through a 12 s prefill: {seen}")
-    assert seen[ROLE_DEFAULTS["sglang_router_health_check_endpoint"]] == [True]
+    assert seen[FAIL_FAST["health-check-endpoint"]] == [True]
     assert False in seen["/health"]
 
 
