@@ -136,10 +136,11 @@ step() {
 
 # The suite's budget (issue 49): CI allows 90 min; past DISAGG_TEST_BUDGET_S seconds the run fails and
 # scripts/test_budget.py prints where the time went. DISAGG_TEST_DURATIONS=FILE also writes the tables there
-# (docs/test-durations.md is one such table). The target is 45 min (2700 s); the suite is not there yet (the first
-# fresh-clone run of three lanes: its two sandbox lanes about 50 min, docs/test-durations.md), so the check holds it
-# at 60 min, the length of the two-lane suite before, until the cuts listed there bring it to 45.
-BUDGET_S=${DISAGG_TEST_BUDGET_S:-3600}
+# (docs/test-durations.md is one such table). The target is 45 min (2700 s); the suite is not there yet: the first
+# fresh-clone run of three lanes ended lane C after 2748 s and lanes A and B after 1749 and 1832 s, each cut short by
+# a failed test, and its whole length projects to about 3400 s (docs/test-durations.md). The check holds it at 65 min
+# until the cuts listed there bring it to 45.
+BUDGET_S=${DISAGG_TEST_BUDGET_S:-3900}
 
 budget() {
   local elapsed=$1 lanes=() name

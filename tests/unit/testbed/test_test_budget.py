@@ -14,8 +14,8 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" tests="4">
 <testcase classname="tests.integration.test_site" name="test_converge" time="300.5"/>
 <testcase classname="tests.integration.test_site" name="test_rerun" time="20.0"><failure message="x"/></testcase>
-<testcase classname="tests.unit.test_rules.TestTable" name="test_row[a]" time="0.25"/>
-<testcase classname="tests.unit.test_rules" name="test_skip" time="0.0"><skipped message="y"/></testcase>
+<testcase classname="tests.unit.plan.test_rules.TestTable" name="test_row[a]" time="0.25"/>
+<testcase classname="tests.unit.plan.test_rules" name="test_skip" time="0.0"><skipped message="y"/></testcase>
 </testsuite></testsuites>
 """
 
