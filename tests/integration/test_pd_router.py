@@ -30,6 +30,7 @@ PDSIM_SRC = Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"
 if str(PDSIM_SRC) not in sys.path:
     sys.path.insert(0, str(PDSIM_SRC))
 
+from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf  # noqa: E402
 from pdsim_testing import tiny_model  # noqa: E402
 from sglang_pd_sim import cli as sim_cli  # noqa: E402
 
@@ -757,13 +758,11 @@ ROLE_ROUTER_FLAGS = {
     "cb-failure-threshold": "sglang_router_circuit_breaker_failure_threshold",
     "cb-timeout-duration-secs": "sglang_router_circuit_breaker_timeout",
 }
+# SMG's valued routing flags (not its on/off switch, nor its shutdown grace, which no test here reaches)
 ROLE_SMG_FLAGS = {
-    "worker-overload-waiting-requests": "sglang_router_smg_overload_waiting_requests",
-    "worker-overload-token-usage": "sglang_router_smg_overload_token_usage",
-    "worker-stall-secs": "sglang_router_smg_worker_stall_secs",
-    "worker-wedge-secs": "sglang_router_smg_worker_wedge_secs",
-    "pd-admission-wait-secs": "sglang_router_smg_pd_admission_wait_secs",
-    "upstream-pool-idle-timeout-secs": "sglang_router_smg_upstream_pool_idle_timeout",
+    flag: var
+    for flag, var in sf.SMG_FLAGS.items()
+    if flag not in sf.SWITCH_OFF and flag != "shutdown-grace-period-secs"
 }
 ROUTE_AROUND_BOUND_S = 10.0  # a frozen or dead worker gets no request sent later than this after the fault
 # The fail-fast health settings of docs/fail-fast.md, set through the role's variables (not its defaults yet: the
