@@ -69,6 +69,7 @@ lane() {
 recap() {
   local name log
   echo "== recap"
+  awk -F'\t' '$3 != 0 {print "step " $1 " failed: exit " $3 " after " $2 " s"}' "$TEST_RESULTS/steps.tsv" 2>/dev/null || true
   for name in "${LANES[@]}"; do
     log=$LANE_LOGS/$name.log
     grep -E '^\[lane .\] (FAILED|ERROR) |^\[lane .\] =+ .*(passed|failed|error).* in |^== lane ' "$log" || true
@@ -165,9 +166,10 @@ run_lanes() {
     rcs[i]=0
     wait "${pids[i]}" || rcs[i]=$?
   done
-  recap
+  # The budget's tables first and the recap last: CI shows a run's last lines, which must say why it failed.
   echo "== budget"
   budget "$((SECONDS - start))" || rc_budget=$?
+  recap
   rm -rf "$LANE_LOGS"
   for i in "${!rcs[@]}"; do
     ((rcs[i] == 0)) || return 1
