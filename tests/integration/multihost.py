@@ -8,9 +8,10 @@ Four sandbox hosts, each its own machine with its own GPU box (tests/sandbox/top
     NAME-4  rtxpro6000-4x   decode1  (another GPU box: one socket, four GPUs)
 
 The inventory is laid out as inventories/multihost-example (hosts.yml with ansible_host and
-sglang_advertise_address per host, group_vars per group) and reuses its group_vars files: all.yml and
-prefill.yml and router.yml as they are, the sandbox's stand-ins (inventories/sandbox/group_vars/all.yml)
-after them, and one decode instance per decode host in host_vars (the 4-GPU box holds one TP4 instance).
+sglang_advertise_address per host, group_vars per group) and reuses its group_vars files: all.yml,
+prefill.yml and decode.yml as they are, router.yml with the router group's own deps lists (no engine, no NIXL)
+added, the sandbox's stand-ins (inventories/sandbox/group_vars/all.yml) after them, and one decode instance per
+decode host in host_vars (the 4-GPU box holds one TP4 instance).
 Used by tests/integration/test_multihost*.py and tests/bench/converge_speed.py (P4).
 """
 
@@ -24,6 +25,8 @@ from tests.sandbox.engine_timing import LOAD_S, WARMUP_S
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "inventories" / "multihost-example" / "group_vars"
 SANDBOX_VARS = REPO / "inventories" / "sandbox" / "group_vars"
+# The router group's own deps lists (write_inventory): what the field's inventory set there.
+ROUTER_GROUP_DEPS = {"sglang_deps_packages": ["nvidia-ml-py==13.615.71"], "sglang_deps_packages_nodeps": []}
 TOPOLOGIES = ["cpu-only", "rtxpro6000-8x", "rtxpro6000-8x", "rtxpro6000-4x"]
 ROLES = {1: "router", 2: "prefill", 3: "decode", 4: "decode"}
 DECODE_INSTANCES = {
@@ -128,6 +131,11 @@ def write_inventory(directory, name, extra_vars=None, hub=None):
     (directory / "group_vars" / "all" / "30-test.yml").write_text(
         yaml.safe_dump({**TEST_VARS, **hub_vars, **(extra_vars or {})})
     )
-    for group in ("prefill", "decode", "router"):
+    for group in ("prefill", "decode"):
         (directory / "group_vars" / f"{group}.yml").symlink_to(EXAMPLE / f"{group}.yml")
+    # The router group sets its own deps lists, as an inventory from the field did: no engine and no NIXL on the host
+    # that only routes, while every worker host pins the tested combination (sandbox all.yml). The preflight judges
+    # each combination where it runs (plan/cross-host rules), so this converges and its rerun changes nothing.
+    example = yaml.safe_load((EXAMPLE / "router.yml").read_text()) or {}
+    (directory / "group_vars" / "router.yml").write_text(yaml.safe_dump({**example, **ROUTER_GROUP_DEPS}))
     return layout

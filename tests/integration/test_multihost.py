@@ -22,7 +22,15 @@ import time
 import faults
 import pytest
 import yaml
-from multihost import DECODE_INSTANCES, MODEL_REPO, MODEL_SHARDS, TEST_VARS, sandbox_up_command, write_inventory
+from multihost import (
+    DECODE_INSTANCES,
+    MODEL_REPO,
+    MODEL_SHARDS,
+    ROUTER_GROUP_DEPS,
+    TEST_VARS,
+    sandbox_up_command,
+    write_inventory,
+)
 from sandbox_hosts import REPO, VENV_BIN, debug_messages, down, recap, run, ssh_config, wait_until
 
 from tests.sandbox import hubsim
@@ -115,6 +123,11 @@ def router(cluster):
 
 
 def test_rerun_changes_nothing(cluster, rerun):
+    """The first converge passed and its rerun changes nothing, with the router group's own deps lists (no engine, no
+    NIXL: multihost.ROUTER_GROUP_DEPS) in front of workers that pin the tested combination."""
+    router_vars = yaml.safe_load((cluster["inventory"] / "group_vars" / "router.yml").read_text())
+    assert {k: router_vars[k] for k in ROUTER_GROUP_DEPS} == ROUTER_GROUP_DEPS, router_vars
+    assert cluster["first"].returncode == 0
     counts = recap(rerun.stdout)
     assert set(counts) == {h["name"] for hs in cluster["layout"].values() for h in hs}
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
