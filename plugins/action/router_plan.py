@@ -58,7 +58,7 @@ def router_inputs(v, host, groups, look):
         # pin them (a router host installs no engine and no NIXL): compat_rules.TESTED
         "versions": {
             "router": compat_rules.pinned(rf.router_impl(impl)["dist"], v["sglang_deps_router_packages"]),
-            "allow": v["sglang_router_allow_untested_combination"],
+            "allow": v[compat_rules.ALLOW_VAR],
         },
     }
 

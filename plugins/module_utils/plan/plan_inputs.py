@@ -65,8 +65,6 @@ USER_VARS = (
     "sglang_model_source",
     "sglang_models_dir",
 )
-# what the deps checks and the venvs' names read beyond the deps role's own variables
-DEPS_ALSO = ("sglang_server_module", "sglang_router_impl", "sglang_venvs_dir", *variables.REMOVED)
 WORKER_ROLES = plan.WORKER_ROLES
 # the venvs' package lists, their Python and the wheelhouse: shared defaults (roles/sglang), which the deps role builds
 LISTS = (
