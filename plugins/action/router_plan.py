@@ -19,6 +19,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
     plan_inputs,
     router_plan,
 )
+from ansible_collections.disagg.sglang.plugins.module_utils.units import router_flags as rf
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
 OPTIONS = {
@@ -35,7 +36,7 @@ def router_inputs(v, host, groups, look):
     and listeners as host_plan returned them). KeyError names a variable that is not defined (the router role's defaults
     define every one); sf.FlagError an sglang_router_impl the collection does not run."""
     impl = v["sglang_router_impl"]
-    flag_variables = list(sf.router_impl(impl)["flags"].values())
+    flag_variables = list(rf.router_impl(impl)["flags"].values())
     return {
         "host": host,
         "impl": impl,
@@ -56,8 +57,8 @@ def router_inputs(v, host, groups, look):
         # the router this host's venv pins; each worker's engine and NIXL are its spec's, as its own host's lists
         # pin them (a router host installs no engine and no NIXL): compat_rules.TESTED
         "versions": {
-            "router": compat_rules.pinned(sf.router_impl(impl)["dist"], v["sglang_deps_router_packages"]),
-            "allow": v["sglang_router_allow_untested_combination"],
+            "router": compat_rules.pinned(rf.router_impl(impl)["dist"], v["sglang_deps_router_packages"]),
+            "allow": v[compat_rules.ALLOW_VAR],
         },
     }
 
@@ -119,8 +120,8 @@ class ActionModule(ActionBase):
             # host's go into every router host's HAProxy (tasks/plan.yml, the filter disagg.sglang.router_lb_plan)
             lb_routers=planned["lb_routers"],
             # the program each deployed router unit runs: the run talks to it until it restarts it
-            running_impls={u["unit"]: sf.running_impl(deployed.get(u["unit"]), u["impl"]) for u in units},
-            running_impl=sf.running_impl(deployed.get(units[0]["unit"]), units[0]["impl"]),
+            running_impls={u["unit"]: rf.running_impl(deployed.get(u["unit"]), u["impl"]) for u in units},
+            running_impl=rf.running_impl(deployed.get(units[0]["unit"]), units[0]["impl"]),
             # where the worker API calls of a run reach each router (router_workers' routers): its unit, host, the
             # URL and readiness URL it answers at now and the program that answers there. That is its deployed
             # record's until this run restarts it: the workers' play runs before the router's, so a router whose
@@ -130,8 +131,8 @@ class ActionModule(ActionBase):
                 {
                     "unit": u["unit"],
                     "host": host,
-                    **sf.running_urls(deployed.get(u["unit"]), u),
-                    "implementation": sf.running_impl(deployed.get(u["unit"]), u["impl"]),
+                    **rf.running_urls(deployed.get(u["unit"]), u),
+                    "implementation": rf.running_impl(deployed.get(u["unit"]), u["impl"]),
                 }
                 for u in units
             ],

@@ -30,7 +30,7 @@ PDSIM_SRC = Path(__file__).resolve().parents[1] / "sandbox" / "pdsim"
 if str(PDSIM_SRC) not in sys.path:
     sys.path.insert(0, str(PDSIM_SRC))
 
-from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf  # noqa: E402
+from ansible_collections.disagg.sglang.plugins.module_utils.units import router_flags as rf  # noqa: E402
 from pdsim_testing import tiny_model  # noqa: E402
 from sglang_pd_sim import cli as sim_cli  # noqa: E402
 
@@ -747,7 +747,7 @@ def test_openai_client_gets_an_answer_on_every_route_through_each_router(router_
 ROLE_DEFAULTS = yaml.safe_load(
     (Path(__file__).resolve().parents[2] / "roles" / "sglang_router" / "defaults" / "main.yml").read_text()
 )
-# The router flags the role renders from these variables (plugins/module_utils/units/sglang_flags.py ROUTER_FLAGS,
+# The router flags the role renders from these variables (plugins/module_utils/units/router_flags.py ROUTER_FLAGS,
 # SMG_FLAGS): the settings that decide how fast a router leaves a worker out and what it does with a failed attempt.
 ROLE_ROUTER_FLAGS = {
     "health-check-interval-secs": "sglang_router_health_check_interval",
@@ -761,8 +761,8 @@ ROLE_ROUTER_FLAGS = {
 # SMG's valued routing flags (not its on/off switch, nor its shutdown grace, which no test here reaches)
 ROLE_SMG_FLAGS = {
     flag: var
-    for flag, var in sf.SMG_FLAGS.items()
-    if flag not in sf.SWITCH_OFF and flag != "shutdown-grace-period-secs"
+    for flag, var in rf.SMG_FLAGS.items()
+    if flag not in rf.SWITCH_OFF and flag != "shutdown-grace-period-secs"
 }
 ROUTE_AROUND_BOUND_S = 10.0  # a frozen or dead worker gets no request sent later than this after the fault
 # The fail-fast health settings of docs/fail-fast.md, set through the role's variables (not its defaults yet: the

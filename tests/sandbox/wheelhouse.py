@@ -39,7 +39,7 @@ WITH_DEPS = ["sglang-router==0.3.2", "smg==1.13.0", "nvidia-ml-py==13.615.71", "
 # (tests/integration/test_routers.py). Apart from WITH_DEPS: pip refuses two versions of one distribution in a run.
 # Without dependencies: 1.12.0 requires what 1.13.0 does (setproctitle, grpcio, grpcio-health-checking, pyyaml; both
 # wheels' METADATA); its wheel is cp38-abi3 manylinux_2_17. Its parser (`python -m smg.launch_router --help`, read
-# 2026-12-05) takes every flag the router plan emits (plugins/module_utils/units/sglang_flags.py); 1.13.0 adds
+# 2026-12-05) takes every flag the router plan emits (plugins/module_utils/units/router_flags.py); 1.13.0 adds
 # flags the plan does not emit (--discovery-*, --tenant-*, --priority-scheduler-*, --worker-stale-secs, ...).
 # sglang-router 0.3.1, the one sglang-router release before 0.3.2, is not here: it did not start reliably (its worker
 # registration deadlocked on a restart; one of two routers never became ready in a converge).

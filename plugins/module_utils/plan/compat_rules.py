@@ -20,6 +20,7 @@ simulator releases, plan inside the table.
 
 from ansible_collections.disagg.sglang.plugins.module_utils.deps import venvs
 
+# The variable that runs an untested combination knowingly
 ALLOW_VAR = "sglang_router_allow_untested_combination"
 # How a version that is not pinned stands in a combination (it is in no row)
 UNPINNED = "(not pinned with ==)"
@@ -102,8 +103,7 @@ def combination_problems(router, engines, nixl=None, allow=False, table=TESTED):
     return [
         f"This deployment runs a combination that was never tested together: {combos}. Tested: {rows} "
         "(plugins/module_utils/plan/compat_rules.py). Pin a tested combination (sglang_deps_router_packages, "
-        "sglang_deps_packages, sglang_deps_packages_nodeps), or set sglang_router_allow_untested_combination: true "
-        "to run it knowingly"
+        f"sglang_deps_packages, sglang_deps_packages_nodeps), or set {ALLOW_VAR}: true to run it knowingly"
     ]
 
 
@@ -111,7 +111,7 @@ def untested_warnings(router, engines, nixl=None, allow=False, table=TESTED):
     """What a run that allows an untested combination says instead of refusing it."""
     if allow is not True:
         return []
-    allowed = "Allowed by sglang_router_allow_untested_combination; to leave it, pin a tested combination"
+    allowed = f"Allowed by {ALLOW_VAR}; to leave it, pin a tested combination"
     return [
         m.replace("Pin a tested combination", allowed)
         for m in combination_problems(router, engines, nixl, False, table)

@@ -24,6 +24,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils.plan import (
     router_rules,
     variables,
 )
+from ansible_collections.disagg.sglang.plugins.module_utils.units import router_flags as rf
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
 # setting of the plan (plan.host_plan's and router_plan.router_plan's `settings`) -> the variable it is, as it is
@@ -64,8 +65,6 @@ USER_VARS = (
     "sglang_model_source",
     "sglang_models_dir",
 )
-# what the deps checks and the venvs' names read beyond the deps role's own variables
-DEPS_ALSO = ("sglang_server_module", "sglang_router_impl", "sglang_venvs_dir", *variables.REMOVED)
 WORKER_ROLES = plan.WORKER_ROLES
 # the venvs' package lists, their Python and the wheelhouse: shared defaults (roles/sglang), which the deps role builds
 LISTS = (
@@ -201,7 +200,7 @@ def deps_problems(v, group_names):
 
 def venv_paths(v):
     """This run's venvs of a host, each named by its package set (venvs.venvs): sglang_deps_venv_paths. Also
-    router_verify: the verification's arguments for the router venv (sf.router_verify_args; [] for a router the
+    router_verify: the verification's arguments for the router venv (rf.router_verify_args; [] for a router the
     collection does not run, which the router host's dependency checks refuse first)."""
     impl = v.get("sglang_router_impl")
     paths = venvs.venvs(
@@ -215,7 +214,7 @@ def venv_paths(v):
             "module": v.get("sglang_server_module"),
         }
     )
-    paths["router_verify"] = sf.router_verify_args(impl) if isinstance(impl, str) and impl in sf.ROUTER_IMPLS else []
+    paths["router_verify"] = rf.router_verify_args(impl) if isinstance(impl, str) and impl in rf.ROUTER_IMPLS else []
     return paths
 
 

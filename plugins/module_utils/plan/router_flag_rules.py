@@ -3,11 +3,10 @@
 """The rules on the router's flags, sglang-router's and SMG's: what sglang_router_extra_flags may not set, and SMG's
 shutdown grace against the unit's stop timeout.
 
-The flag tables themselves ({variable: flag} for each router: sglang_flags.ROUTER_FLAGS for sglang-router,
-sglang_flags.SMG_FLAGS for SMG, sglang_flags.ROUTER_FLAG_ALIASES for their other spellings, and ROUTER_IMPLS, which
-picks a table per sglang_router_impl) stand beside the worker flags in units/sglang_flags.py, which renders them into
-the router's command line. These rules read them; tests/unit/plan/test_router_rules.py and
-tests/cases/bad_inventories.yml trip each.
+The flag tables themselves ({flag: variable} for each router: ROUTER_FLAGS for sglang-router, SMG_FLAGS for SMG,
+ROUTER_FLAG_ALIASES for their other spellings, and ROUTER_IMPLS, which picks a table per sglang_router_impl) live in
+units/router_flags.py, which renders them into the router's command line. These rules read them;
+tests/unit/plan/test_router_rules.py and tests/cases/bad_inventories.yml trip each.
 """
 
 from ansible_collections.disagg.sglang.plugins.module_utils.plan.rules import (
@@ -15,15 +14,10 @@ from ansible_collections.disagg.sglang.plugins.module_utils.plan.rules import (
     flag_name,
     positive_int,
 )
-from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
-
-# The router flag tables, as the rules read them (defined in units/sglang_flags.py).
-ROUTER_FLAGS = sf.ROUTER_FLAGS
-SMG_FLAGS = sf.SMG_FLAGS
-ROUTER_FLAG_ALIASES = sf.ROUTER_FLAG_ALIASES
+from ansible_collections.disagg.sglang.plugins.module_utils.units import router_flags as rf
 
 # Router flags the collection sets from a variable, and their other spellings: {flag: use instead}.
-DERIVED_ROUTER_FLAGS = {**ROUTER_FLAGS, **SMG_FLAGS, **ROUTER_FLAG_ALIASES}
+DERIVED_ROUTER_FLAGS = {**rf.ROUTER_FLAGS, **rf.SMG_FLAGS, **rf.ROUTER_FLAG_ALIASES}
 
 
 def smg_shutdown_problems(impl, flag_values, stop_timeout):

@@ -25,6 +25,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils.plan.plan import (
     settings_problems,
 )
 from ansible_collections.disagg.sglang.plugins.module_utils.router import lb as lb_plan
+from ansible_collections.disagg.sglang.plugins.module_utils.units import router_flags as rf
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.module_utils.units import units
 
@@ -33,7 +34,7 @@ def router_plan(worker_specs, inputs):
     """Plan the router unit of one host from the planned worker specs of the whole deployment.
 
     inputs: {host, impl (sglang_router_impl), settings (as host_plan's, for the service settings), flag_values
-    ({variable: value} of the variables of the impl's flags, sglang_flags.ROUTER_IMPLS), extra_flags (as given),
+    ({variable: value} of the variables of the impl's flags, router_flags.ROUTER_IMPLS), extra_flags (as given),
     env, unit, name (the router instance's, sglang_router_instances), router_units (every router unit of the host:
     each may hold its ports), ports ({variable: value} of its listeners),
     secrets, variables, conflicting_units, host_paths, listeners (as host_plan's)}. The router dials each worker at
@@ -81,7 +82,7 @@ def router_plan(worker_specs, inputs):
             "unit": inputs.get("unit", "sglang-router"),
             "name": inputs.get("name", router_rules.DEFAULT_NAME),
             "impl": inputs.get("impl", "sglang_router"),
-            "flags": sf.router_flags(
+            "flags": rf.router_flags(
                 inputs.get("flag_values"), inputs.get("extra_flags"), inputs.get("impl", "sglang_router")
             ),
             "env": inputs.get("env") or {},

@@ -19,7 +19,7 @@ their table, tests/cases/bad_inventories.yml a row for each.
 
 from ansible_collections.disagg.sglang.plugins.module_utils.deps.deps_rules import requirement_name
 from ansible_collections.disagg.sglang.plugins.module_utils.plan.rules import NAME, port_ok
-from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
+from ansible_collections.disagg.sglang.plugins.module_utils.units import router_flags as rf
 
 VAR = "sglang_router_instances"
 # The keys a router instance may have: its name (the unit's) and its two listeners.
@@ -188,14 +188,14 @@ def router_problems(host, prefills, decodes, ports, local_worker_ports):
 def router_packages_problems(router_packages, impl):
     """The router's venv must hold the chosen router (sglang_router_impl) and no other: sglang-router 0.3.2 and smg
     both ship an `smg` console script, so one venv with both runs whichever was installed last."""
-    if not isinstance(impl, str) or impl not in sf.ROUTER_IMPLS:
+    if not isinstance(impl, str) or impl not in rf.ROUTER_IMPLS:
         return [f"sglang_router_impl ({impl!r}) is not a router this collection runs: one of "
-                f"{', '.join(sf.ROUTER_IMPLS)}"]  # fmt: skip
+                f"{', '.join(rf.ROUTER_IMPLS)}"]  # fmt: skip
     if not isinstance(router_packages, list):
         return []
     names = {requirement_name(p) for p in router_packages if isinstance(p, str)}
-    want = sf.ROUTER_IMPLS[impl]["dist"]
-    others = sorted(row["dist"] for name, row in sf.ROUTER_IMPLS.items() if name != impl and row["dist"] in names)
+    want = rf.ROUTER_IMPLS[impl]["dist"]
+    others = sorted(row["dist"] for name, row in rf.ROUTER_IMPLS.items() if name != impl and row["dist"] in names)
     problems = []
     if want not in names:
         problems.append(f"sglang_deps_router_packages ({', '.join(router_packages) or 'empty'}) does not install "

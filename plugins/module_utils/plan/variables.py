@@ -86,7 +86,6 @@ ARGUMENT_TYPES = {"bool": "bool", "int": "int", "port": "int", "float": "float",
                   "list_of_str": "list", "list_of_int": "list", "list_of_path": "list", "list": "list",
                   "map": "dict"}  # fmt: skip
 ELEMENTS = {"list_of_str": "str", "list_of_int": "int", "list_of_path": "path"}
-NUMERIC = ("int", "float", "fraction", "port", "list_of_int")
 # Kinds whose values the rules check in full, with messages that say how to write them (instances: rules.py, package
 # lists: deps/deps_rules.py, secrets: rules.py): the table documents them and leaves the value to those rules.
 OWN_RULES = ("list", "secret")

@@ -86,15 +86,6 @@ def request_headers(api_key):
     return headers
 
 
-def answer_of(text):
-    """What the request answered: the JSON's `text` (sglang's generated text), else the JSON, else the raw body."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text.strip()[:ANSWER_LIMIT]
-    return data["text"] if isinstance(data, dict) and "text" in data else data
-
-
 # --- the routes: a body for each, and what its 200 must hold ---
 
 

@@ -11,6 +11,7 @@ import hashlib
 import json
 
 from ansible_collections.disagg.sglang.plugins.module_utils.host.gpu_topology_parse import format_cpulist
+from ansible_collections.disagg.sglang.plugins.module_utils.units import router_flags as rf
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 
 
@@ -299,9 +300,9 @@ def router_unit(prefills, decodes, settings):
     settings: {venv, unit, name (the router instance's), flags (router flags mapping), env, api_key_set,
     hf_token_set, inventory_host} and the service settings of worker_units.
     """
-    lines = sf.router_lines(prefills, decodes, settings["flags"])
+    lines = rf.router_lines(prefills, decodes, settings["flags"])
     impl = settings.get("impl", "sglang_router")
-    module = sf.router_impl(impl)["module"]
+    module = rf.router_impl(impl)["module"]
     venv = settings.get("router_venv") or settings["venv"]  # the router's own venv (venvs.py)
     flags = settings["flags"]
     secret_env = {}

@@ -111,7 +111,7 @@ def model(meta: dict, units: dict) -> dict:
     }
 
 
-# The router programs a unit may run (sglang_router_impl; plugins/module_utils/units/sglang_flags.py ROUTER_IMPLS)
+# The router programs a unit may run (sglang_router_impl; plugins/module_utils/units/router_flags.py ROUTER_IMPLS)
 ROUTER_MODULES = {"sglang_router.launch_router": "sglang_router", "smg.launch_router": "smg"}
 ROUTER_LIST_FLAGS = ("--pd-disaggregation", "--prefill", "--decode")
 

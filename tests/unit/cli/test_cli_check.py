@@ -31,6 +31,7 @@ from ansible_collections.disagg.sglang.plugins.module_utils.cli import cli_argpa
 from ansible_collections.disagg.sglang.plugins.module_utils.cli import cli_check as cc
 from ansible_collections.disagg.sglang.plugins.module_utils.cli import cli_parser_script as cps
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import plan as plan_rules
+from ansible_collections.disagg.sglang.plugins.module_utils.units import router_flags as rf
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.modules import cli_check as cli_check_module
 
@@ -54,7 +55,7 @@ def case_argv(case):
         lines = sf.render_lines(sf.worker_flags(profile, spec["role"], INSTANCES[spec["role"]], SETTINGS))
         return sf.argv(lines) + [str(token) for token in spec.get("extra", [])]
     spec = case["render_router"]
-    return sf.argv(sf.router_lines(spec["prefills"], spec["decodes"], spec["settings"]))
+    return sf.argv(rf.router_lines(spec["prefills"], spec["decodes"], spec["settings"]))
 
 
 def assert_matches(got, want, what):

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.disagg.sglang.plugins.module_utils.plan import kv_rules, router_flag_rules, rules
+from ansible_collections.disagg.sglang.plugins.module_utils.units import router_flags as rf
 from ansible_collections.disagg.sglang.plugins.module_utils.units import sglang_flags as sf
 from ansible_collections.disagg.sglang.plugins.module_utils.units import units
 from samples import INSTANCES, PLACEMENT, PROFILE
@@ -321,34 +322,34 @@ def test_hardening_by_kind(kind, present, absent):
 
 
 def test_every_router_flag_the_collection_sets_has_one_variable_and_is_refused_as_an_extra_flag():
-    """One table (sglang_flags.ROUTER_FLAGS) sets the router's own flags and is the list extra flags may not set."""
-    values = {variable: f"v-{flag}" for flag, variable in sf.ROUTER_FLAGS.items()}
-    assert sf.router_flags(values) == {flag: f"v-{flag}" for flag in sf.ROUTER_FLAGS}
-    assert sf.router_flags(values, {"log-level": "debug"})["log-level"] == "debug"
-    for flag, variable in sf.ROUTER_FLAGS.items():
+    """One table (router_flags.ROUTER_FLAGS) sets the router's own flags and is the list extra flags may not set."""
+    values = {variable: f"v-{flag}" for flag, variable in rf.ROUTER_FLAGS.items()}
+    assert rf.router_flags(values) == {flag: f"v-{flag}" for flag in rf.ROUTER_FLAGS}
+    assert rf.router_flags(values, {"log-level": "debug"})["log-level"] == "debug"
+    for flag, variable in rf.ROUTER_FLAGS.items():
         [message] = router_flag_rules.router_flag_problems({flag: 1})
         assert f"sets --{flag}, which the collection owns: use {variable} instead" in message
     with pytest.raises(sf.FlagError, match="no value for sglang_router_port"):
-        sf.router_flags({k: v for k, v in values.items() if k != "sglang_router_port"})
+        rf.router_flags({k: v for k, v in values.items() if k != "sglang_router_port"})
 
 
 def test_smg_writes_out_its_routing_settings_and_a_switch_set_false_renders_its_off_spelling():
     """ROUTER_IMPLS: SMG takes ROUTER_FLAGS and its own SMG_FLAGS, each from one variable; protection off is written as
     --disable-worker-overload-protection, so both states stand on the command line."""
-    table = sf.router_impl("smg")["flags"]
+    table = rf.router_impl("smg")["flags"]
     values = {variable: 7 for variable in table.values()}
-    flags = sf.router_flags({**values, "sglang_router_smg_overload_protection": True}, impl="smg")
+    flags = rf.router_flags({**values, "sglang_router_smg_overload_protection": True}, impl="smg")
     assert flags["worker-wedge-secs"] == 7 and flags["worker-overload-protection"] is True
-    off = sf.router_flags({**values, "sglang_router_smg_overload_protection": False}, impl="smg")
+    off = rf.router_flags({**values, "sglang_router_smg_overload_protection": False}, impl="smg")
     assert off["disable-worker-overload-protection"] is True and "worker-overload-protection" not in off
     assert ["--disable-worker-overload-protection"] in sf.render_lines(off)
     # sglang-router's table has none of them, and neither program's flags may come in as extra flags
-    assert not set(sf.SMG_FLAGS) & set(sf.router_impl("sglang_router")["flags"])
-    for flag in [*sf.SMG_FLAGS, "disable-worker-overload-protection"]:
+    assert not set(rf.SMG_FLAGS) & set(rf.router_impl("sglang_router")["flags"])
+    for flag in [*rf.SMG_FLAGS, "disable-worker-overload-protection"]:
         [message] = router_flag_rules.router_flag_problems({flag: 1})
         assert "which the collection owns: use sglang_router_smg_" in message, message
     with pytest.raises(sf.FlagError, match="sglang_router_impl 'amg' is not a router this collection runs"):
-        sf.router_impl("amg")
+        rf.router_impl("amg")
 
 
 @pytest.mark.parametrize(
@@ -361,7 +362,7 @@ def test_smg_writes_out_its_routing_settings_and_a_switch_set_false_renders_its_
     ],
 )
 def test_the_running_router_program_is_read_from_its_record(record, planned, want):
-    assert sf.running_impl(record, planned) == want
+    assert rf.running_impl(record, planned) == want
 
 
 def test_the_router_unit_runs_the_chosen_programs_module_and_the_switch_changes_its_restart_key():
