@@ -123,23 +123,58 @@ def test_each_worker_runs_on_its_placement_and_a_request_crosses_from_prefill_to
     assert next(e for e in seen[30001] if e["bootstrap_room"] == decode_rooms[-1])["status"] == 200, seen[30001]
 
 
-def test_a_unit_file_edited_by_hand_is_repaired_by_the_next_run(sandbox):
-    """Drift: a unit file changed on the host (here a flag appended to its command line) is found by the next run,
-    which writes the planned file back and restarts the unit onto it; the run after changes nothing."""
+# Drift by hand, three kinds at once, repaired by one run (issue 49: each had its no-op run, repair run and quiet run
+# of its own before; the three tests below judge the same runs, each its own kind):
+#   a unit file changed on the host (a flag appended to decode's command line);
+#   a package of sglang_deps_packages uninstalled from the engine venv (the no-op run asks pip nothing and runs no
+#   interpreter in a venv whose site-packages did not change since its stamp: deps_state);
+#   the state directory's mode and owner changed (a no-op run includes none of user.yml's steps: deps_state read the
+#   account in place).
+DECODE_UNIT = "/etc/systemd/system/sglang-decode0.service"
+
+
+@pytest.fixture(scope="module")
+def drift(sandbox):
+    """A no-op run, the three drifts made by hand, the run that repairs them, and the run after it."""
+    quiet = playbook(sandbox).stdout
     sums, before = unit_sums(sandbox), start_times(sandbox)
-    unit = "/etc/systemd/system/sglang-decode0.service"
+    engine = on_host(sandbox, "ls -d /opt/sglang/venvs/engine-*").split()
+    assert len(engine) == 1, engine
+    untouched_before = untouched_since_stamp(sandbox)
     on_host(
-        sandbox, f"sed -i 's/--enable-metrics/--enable-metrics --log-level debug/' {unit} && systemctl daemon-reload"
+        sandbox,
+        f"sed -i 's/--enable-metrics/--enable-metrics --log-level debug/' {DECODE_UNIT} && systemctl daemon-reload",
     )
-    assert unit_sums(sandbox)[unit] != sums[unit], "the hand edit did not change the unit file"
+    edited = unit_sums(sandbox)[DECODE_UNIT] != sums[DECODE_UNIT]
+    python = f"{engine[0]}/bin/python"
+    on_host(sandbox, f"{python} -m pip uninstall -q -y numpy")
+    untouched_after_uninstall = untouched_since_stamp(sandbox)
+    import_error = run(["ssh", "-F", sandbox["ssh_config"], HOST, f"{python} -c 'import numpy'"], check=False).stderr
+    on_host(sandbox, "chmod 0777 /var/lib/sglang && chown root:root /var/lib/sglang")
     out = playbook(sandbox).stdout
-    assert recap(out)["changed"] > 0, out[-3000:]
-    assert unit_sums(sandbox) == sums, "the next run did not put the planned files back"
-    after = start_times(sandbox)
-    assert after["sglang-decode0"] != before["sglang-decode0"], "decode does not run the repaired file"
-    assert "--log-level" not in on_host(sandbox, "systemctl cat sglang-decode0.service")
+    repaired = {
+        "sums": unit_sums(sandbox), "starts": start_times(sandbox),
+        "decode_unit": on_host(sandbox, "systemctl cat sglang-decode0.service"),
+        "state_dir": on_host(sandbox, "stat -c '%a %U:%G' /var/lib/sglang").strip(),
+        "numpy": run(["ssh", "-F", sandbox["ssh_config"], HOST, f"{python} -c 'import numpy'"], check=False),
+    }  # fmt: skip
     again = playbook(sandbox).stdout
-    assert recap(again)["changed"] == 0, again[-3000:]
+    return {"quiet": quiet, "sums": sums, "before": before, "engine": engine[0], "edited": edited,
+            "untouched_before": untouched_before, "untouched_after_uninstall": untouched_after_uninstall,
+            "import_error": import_error, "out": out, "repaired": repaired, "again": again,
+            "untouched_again": untouched_since_stamp(sandbox)}  # fmt: skip
+
+
+def test_a_unit_file_edited_by_hand_is_repaired_by_the_next_run(drift):
+    """The next run writes the planned file back and restarts the unit onto it; the run after changes nothing."""
+    assert drift["edited"], "the hand edit did not change the unit file"
+    assert recap(drift["out"])["changed"] > 0, drift["out"][-3000:]
+    assert drift["repaired"]["sums"] == drift["sums"], "the next run did not put the planned files back"
+    assert drift["repaired"]["starts"]["sglang-decode0"] != drift["before"]["sglang-decode0"], (
+        "decode does not run the repaired file"
+    )
+    assert "--log-level" not in drift["repaired"]["decode_unit"]
+    assert recap(drift["again"])["changed"] == 0, drift["again"][-3000:]
 
 
 # Per venv on the host: whether its site-packages (of the Python bin/python resolves to) is older than its stamp,
@@ -159,46 +194,36 @@ def untouched_since_stamp(sandbox):
     return json.loads(on_host(sandbox, f"python3 -c {shlex.quote(UNTOUCHED_SCRIPT)}"))
 
 
-def test_a_package_removed_by_hand_from_the_engine_venv_is_put_back_by_the_next_run(sandbox):
-    """Drift: a package of sglang_deps_packages uninstalled from the engine venv by hand (the no-op run asks pip
-    nothing and runs no interpreter in a venv whose site-packages did not change since its stamp: deps_state) is
-    named and installed again by the next run, which dates the stamp again so the runs after it stay quick."""
-    engine = on_host(sandbox, "ls -d /opt/sglang/venvs/engine-*").split()
-    assert len(engine) == 1, engine
-    name = engine[0].rsplit("/", 1)[1]
-    untouched = untouched_since_stamp(sandbox)
+def test_a_package_removed_by_hand_from_the_engine_venv_is_put_back_by_the_next_run(drift):
+    """The removed package is named and installed again by the next run, which dates the stamp again so the runs
+    after it stay quick."""
+    name = drift["engine"].rsplit("/", 1)[1]
+    untouched = drift["untouched_before"]
     assert untouched.get(name) is True and all(untouched.values()), untouched
-    python = f"{engine[0]}/bin/python"
-    on_host(sandbox, f"{python} -m pip uninstall -q -y numpy")
-    assert untouched_since_stamp(sandbox)[name] is False, "pip uninstall left the site-packages' mtime as it was"
-    assert "No module named" in run(["ssh", "-F", sandbox["ssh_config"], HOST, f"{python} -c 'import numpy'"],
-                                    check=False).stderr  # fmt: skip
-    out = playbook(sandbox).stdout
-    why = task_messages(out, "Say why a venv is built or repaired")
-    assert why == [(HOST, f"{engine[0].rsplit('/', 1)[1]}: numpy is not installed")], why
-    assert re.search(r"TASK \[[^\]]*Build the engine venv[^\]]*\] \*+\nchanged:", out), out[-3000:]
-    on_host(sandbox, f"{python} -c 'import numpy'")
-    again = playbook(sandbox).stdout
-    assert recap(again)["changed"] == 0, again[-3000:]
-    assert "Say why a venv is built or repaired" not in again
-    untouched = untouched_since_stamp(sandbox)
-    assert all(untouched.values()), f"a repaired venv's stamp is older than its site-packages: {untouched}"
+    assert drift["untouched_after_uninstall"][name] is False, "pip uninstall left the site-packages' mtime as it was"
+    assert "No module named" in drift["import_error"], drift["import_error"]
+    why = task_messages(drift["out"], "Say why a venv is built or repaired")
+    assert why == [(HOST, f"{name}: numpy is not installed")], why
+    assert re.search(r"TASK \[[^\]]*Build the engine venv[^\]]*\] \*+\nchanged:", drift["out"]), drift["out"][-3000:]
+    assert drift["repaired"]["numpy"].returncode == 0, drift["repaired"]["numpy"].stderr
+    assert recap(drift["again"])["changed"] == 0, drift["again"][-3000:]
+    assert "Say why a venv is built or repaired" not in drift["again"]
+    assert all(drift["untouched_again"].values()), (
+        f"a repaired venv's stamp is older than its site-packages: {drift['untouched_again']}"
+    )
 
 
-def test_a_state_directory_changed_by_hand_is_put_back_and_only_then_the_account_steps_run(sandbox):
-    """Drift of the service account: a no-op run includes none of user.yml's steps (deps_state read the account in
-    place); the state directory's mode and owner changed by hand are found, user.yml runs and puts them back, and the
-    run after includes it no more."""
-    quiet = playbook(sandbox).stdout
-    assert "TASK [disagg.sglang.sglang : Create the state directory" not in quiet, quiet[-3000:]
-    on_host(sandbox, "chmod 0777 /var/lib/sglang && chown root:root /var/lib/sglang")
-    out = playbook(sandbox).stdout
-    repaired = re.search(r"TASK \[disagg.sglang.sglang : Create the state directory[^\]]*\] \*+\nchanged:", out)
-    assert repaired, out[-3000:]
-    assert on_host(sandbox, "stat -c '%a %U:%G' /var/lib/sglang").strip() == "750 sglang:sglang"
-    again = playbook(sandbox).stdout
-    assert recap(again)["changed"] == 0, again[-3000:]
-    assert "TASK [disagg.sglang.sglang : Create the state directory" not in again
+def test_a_state_directory_changed_by_hand_is_put_back_and_only_then_the_account_steps_run(drift):
+    """A no-op run includes none of user.yml's steps; the changed mode and owner are found, user.yml runs and puts
+    them back, and the run after includes it no more."""
+    assert "TASK [disagg.sglang.sglang : Create the state directory" not in drift["quiet"], drift["quiet"][-3000:]
+    repaired = re.search(
+        r"TASK \[disagg.sglang.sglang : Create the state directory[^\]]*\] \*+\nchanged:", drift["out"]
+    )
+    assert repaired, drift["out"][-3000:]
+    assert drift["repaired"]["state_dir"] == "750 sglang:sglang"
+    assert recap(drift["again"])["changed"] == 0, drift["again"][-3000:]
+    assert "TASK [disagg.sglang.sglang : Create the state directory" not in drift["again"]
 
 
 def test_the_converge_prints_no_deprecation_warning(sandbox):
