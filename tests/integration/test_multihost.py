@@ -219,25 +219,32 @@ def test_check_diff_names_what_a_new_revision_would_fetch_and_fetches_nothing(cl
     assert {host: staged_dirs(host) for host in worker_hosts(cluster)} == before
 
 
+# The revision change and the sglang-router flag change are one run (issue 49: the flag change rode on its own
+# rolling run of the same four workers before): a new revision and a new flag of prefill and decode, four rolling
+# batches, prefill first, under one load; judged as each was on its own. SMG's flag change keeps its own run
+# (test_flag_change_rolls_out_without_a_failed_request[smg]).
 def test_a_revision_change_rolls_under_load_without_a_failed_request(cluster, capsys):
     hub = cluster["hub"]["hub"]
     old, new = cluster["hub"]["revisions"][:2]
     before = model_records(cluster)
     assert set(before.values()) == {(f"/opt/models/DeepSeek-V4-Flash-{old.commit}", old.commit)}, before
     hub.reset()
+    router_started = started_at(router(cluster), "sglang-router")
     since = time.time()
-    output, result = converge_under_load(cluster, {"test_model_revision": new.commit}, ROLLING_LOAD)
+    output, result = converge_under_load(cluster, {"test_model_revision": new.commit, **new_flags()}, ROLLING_LOAD)
     stats = hub.stats()
     order = restart_order(output)
+    record_change(cluster, "rolling revision and flag change, prefill then decode (sglang_router)", result, since,
+                  order)  # fmt: skip
     rerun = recap(playbook(cluster, cluster["vars"]).stdout)
-    report(capsys, f"revision {old.commit[:8]} -> {new.commit[:8]}: {model_line(output)}; hub file bytes "
-                   f"{stats['file_bytes']}; sent {result['total']}, failed {result['total'] - result['ok']}; rerun "
-                   f"changed {sum(c['changed'] for c in rerun.values())}")  # fmt: skip
+    changed = sum(c["changed"] for c in rerun.values())
+    report(capsys, f"revision {old.commit[:8]} -> {new.commit[:8]} and a flag: {model_line(output)}; hub file bytes "
+                   f"{stats['file_bytes']}; restart order {order}; sent {result['total']}, failed "
+                   f"{result['total'] - result['ok']}; rerun changed {changed}")  # fmt: skip
     assert stats["file_bytes"] == model_bytes(new), stats
     by_host = sorted(before, key=lambda k: (not k.startswith("sglang-prefill"), k.split("@")[1], k.split("@")[0]))
     assert order == by_host, order
-    assert spanned(result) and result["errors"] == {} and result["ok"] == result["total"], result["errors"]
-    judge_restarts(cluster, result, [u.split("@") for u in order], since, capsys)
+    judge_flag_roll(cluster, result, order, router_started, since=since, capsys=capsys)
     after = model_records(cluster)
     assert set(after.values()) == {(f"/opt/models/DeepSeek-V4-Flash-{new.commit}", new.commit)}, after
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in rerun.values()), rerun
@@ -605,21 +612,18 @@ def judge_restarts(cluster, result, units, since, capsys):
             assert held and all(r["completed"] for r in held), f"{unit}@{host} held {held} at removal"
 
 
-@pytest.mark.parametrize("router_impl", ["sglang_router", "smg"], indirect=True)
-def test_flag_change_rolls_out_without_a_failed_request(cluster, router_impl, capsys):
-    """One run changes a flag of prefill and decode: four rolling batches, prefill first, under one load."""
-    flags = {"watchdog-timeout": 400 + int(time.time()) % 1000}  # a value this deployment has not had yet
-    router_started = started_at(router(cluster), "sglang-router")
-    since = time.time()
-    output, result = converge_under_load(
-        cluster, {"sglang_prefill_extra_flags": flags, "sglang_decode_extra_flags": flags}, ROLLING_LOAD
-    )
-    order = restart_order(output)
+def new_flags():
+    """Extra vars that give prefill and decode a flag value this deployment has not had yet."""
+    flags = {"watchdog-timeout": 400 + int(time.time()) % 1000}
+    return {"sglang_prefill_extra_flags": flags, "sglang_decode_extra_flags": flags}
+
+
+def judge_flag_roll(cluster, result, order, router_started, *, since, capsys):
+    """A rolling change of every worker's flags under load: the prefills, then the decodes, each restarted once while
+    the load ran, one after the other, each with the flag on its command line; no request failed; the router kept
+    its process; every restart judged from the worker's own record (judge_restarts); every prefill's KV back to idle
+    once the load is over (no handoff broke)."""
     units = [u.split("@") for u in order]
-    record_change(cluster, f"rolling flag change, prefill then decode ({router_impl})", result, since, order)
-    report(capsys, f"[{router_impl}] prefill and decode flag change: restart order {order}; "
-                   f"load {result['ok']}/{result['total']} "
-                   f"ok, errors {result['errors']}, {result['elapsed']:.1f} s")  # fmt: skip
     # the prefills by their names now (the scale-in test renames prefill1 to prefill2, and on its next run back)
     prefills = sorted(u for u in _deployed(cluster["layout"]["prefill"][0]["name"])[0] if "prefill" in u)
     want = [*prefills, "sglang-decode0", "sglang-decode1"]
@@ -647,6 +651,21 @@ def test_flag_change_rolls_out_without_a_failed_request(cluster, router_impl, ca
     wait_until(idle, 15)
     used = readings[-1]
     assert used and all(kv == 0 for kv in used.values()), f"prefill KV not back to idle after the restarts: {used}"
+
+
+# SMG's flag change (sglang-router's rides on the revision change's run above).
+@pytest.mark.parametrize("router_impl", ["smg"], indirect=True)
+def test_flag_change_rolls_out_without_a_failed_request(cluster, router_impl, capsys):
+    """One run changes a flag of prefill and decode: four rolling batches, prefill first, under one load."""
+    router_started = started_at(router(cluster), "sglang-router")
+    since = time.time()
+    output, result = converge_under_load(cluster, new_flags(), ROLLING_LOAD)
+    order = restart_order(output)
+    record_change(cluster, f"rolling flag change, prefill then decode ({router_impl})", result, since, order)
+    report(capsys, f"[{router_impl}] prefill and decode flag change: restart order {order}; "
+                   f"load {result['ok']}/{result['total']} "
+                   f"ok, errors {result['errors']}, {result['elapsed']:.1f} s")  # fmt: skip
+    judge_flag_roll(cluster, result, order, router_started, since=since, capsys=capsys)
 
 
 # The control: a restart without the removal step (systemctl restart while the router still routes to it) is caught by
