@@ -8,9 +8,9 @@ pytest-rtr-1), and is judged twice: by the load's own record (every request's st
 server's state through the change). A rerun after each change must change nothing.
 
 The sequence (module-scoped fixtures, each on the one before), on one router host: converge on sglang-router 0.3.2
--> a router flag change -> kill -9 of one router -> kill -9 of HAProxy -> the switch to SMG (smg 1.12.0) -> a router
-version change (smg 1.12.0 -> 1.13.0); then the two-router-host layout -> a router flag change there -> kill -9 of the
-second host's router (SMG) -> the switch back to sglang-router 0.3.2, each over the three routers of both hosts. The
+-> kill -9 of one router -> kill -9 of HAProxy -> the switch to SMG (smg 1.12.0); then the two-router-host layout ->
+SMG's version change (1.12.0 -> 1.13.0) with a router flag change -> kill -9 of the second host's router (SMG) -> the
+switch back to sglang-router 0.3.2 with one of its flags changed, each over the three routers of both hosts. The
 version changes are SMG's: the one sglang-router release before 0.3.2, 0.3.1, did not start reliably here (its worker
 registration deadlocked on a restart; one of its routers never became ready in a fresh-clone CI run's first
 converge). A planned change rolls one router at a time (roles/sglang_router/tasks/roll.yml: drained in every router
@@ -329,15 +329,6 @@ def test_the_converge_puts_haproxy_in_front_of_two_routers_and_a_rerun_changes_n
     assert haproxy_stat.counter_delta(after, stat(HOST1), BACKEND, "BACKEND")["stot"] == 2  # only the n: 1 requests
 
 
-@pytest.fixture(scope="module")
-def flag_change(bed):
-    return planned_change(bed, {"sglang_router_retry_max_retries": 4}, "router flag change (sglang-router 0.3.2)")
-
-
-def test_a_router_flag_change_rolls_without_a_failed_request(flag_change, capsys):
-    judge_planned(flag_change, capsys, "router flag change")
-
-
 def detection_s(host=HOST1):
     """HAProxy's detection of a refused router, from the configuration it runs: fall x inter of its server lines
     (plugins/module_utils/router/lb.py detection_ms, 'refused')."""
@@ -404,7 +395,7 @@ def kill_router(bed, host, capsys, instance="router-a"):
 
 
 @pytest.fixture(scope="module")
-def router_killed(bed, flag_change):
+def router_killed(bed):
     return bed
 
 
@@ -473,7 +464,7 @@ def judge_versions(bed, want):
     assert set(versions.values()) == {want}, versions
 
 
-# One router host: the switch to SMG, then SMG's version change (both routers of HOST1).
+# One router host: the switch to SMG (both routers of HOST1).
 @pytest.fixture(scope="module")
 def smg_switch_one_host(bed, haproxy_killed):
     return planned_change(bed, TO_SMG_OLD, "router switch sglang-router 0.3.2 -> smg 1.12.0")
@@ -485,19 +476,7 @@ def test_the_switch_to_smg_on_one_router_host_rolls_without_a_failed_request(bed
 
 
 @pytest.fixture(scope="module")
-def version_change_one_host(bed, smg_switch_one_host):
-    return planned_change(bed, TO_SMG_NEW, "router version change smg 1.12.0 -> 1.13.0")
-
-
-def test_a_router_version_change_on_one_router_host_rolls_without_a_failed_request(
-    bed, version_change_one_host, capsys
-):
-    judge_planned(version_change_one_host, capsys, "version change smg 1.12.0 -> 1.13.0 on one router host")
-    judge_versions(bed, "smg 1.13.0")
-
-
-@pytest.fixture(scope="module")
-def two_hosts(bed, version_change_one_host):
+def two_hosts(bed, smg_switch_one_host):
     """HOST2 joins as a second router host (one router), then a rerun. Not under load: the deployment stops being
     colocated, so its one prefill and one decode move from loopback to their address (sglang_bind_host) and restart,
     and with one of each serving pauses by design (the rolling step's single-instance case); the routers on HOST1 move
@@ -527,14 +506,24 @@ def test_a_second_router_host_joins_and_both_haproxies_front_every_router(bed, t
     assert haproxy_stat.counter_delta(snap, stat(HOST1), BACKEND, f"{HOST2}-router-a")["stot"] > 0
 
 
+# Two router hosts: SMG's version change and a router flag change in one run (issue 49: the version change had a run
+# of its own on one router host before, the flag change one on two hosts), over the three routers of both hosts.
+SMG_FLAG = {"sglang_router_circuit_breaker_failure_threshold": 9}
+
+
 @pytest.fixture(scope="module")
 def flag_change_two_hosts(bed, two_hosts):
-    return planned_change(bed, {"sglang_router_circuit_breaker_failure_threshold": 9},
-                          "router flag change (smg 1.13.0), two router hosts")  # fmt: skip
+    event = "router version change smg 1.12.0 -> 1.13.0 and a flag change, two router hosts"
+    return planned_change(bed, {**TO_SMG_NEW, **SMG_FLAG}, event)
 
 
-def test_a_router_flag_change_on_two_router_hosts_rolls_without_a_failed_request(flag_change_two_hosts, capsys):
-    judge_planned(flag_change_two_hosts, capsys, "router flag change on two router hosts")
+def test_a_router_version_and_flag_change_on_two_router_hosts_rolls_without_a_failed_request(
+    bed, flag_change_two_hosts, capsys
+):
+    judge_planned(flag_change_two_hosts, capsys, "version change smg 1.12.0 -> 1.13.0 and a flag change on two "
+                                                 "router hosts")  # fmt: skip
+    judge_versions(bed, "smg 1.13.0")
+    judge_flag(bed, "--cb-failure-threshold 9")
 
 
 @pytest.fixture(scope="module")
@@ -548,12 +537,25 @@ def test_kill_9_of_the_second_hosts_router_loses_at_most_what_it_held(host2_rout
     assert all(c["failed"] == 0 and c["changed"] == 0 for c in rerun.values()), rerun
 
 
-# Two router hosts: back to sglang-router, the switch to SMG, SMG's version change (the three routers of both hosts).
+# Two router hosts: back to sglang-router with one of its flags changed in the same run (issue 49: sglang-router's
+# router flag change had a run of its own on one router host before), over the three routers of both hosts.
+SGLANG_ROUTER_FLAG = {"sglang_router_retry_max_retries": 4}
+
+
 @pytest.fixture(scope="module")
 def back_to_sglang_router(bed, host2_router_killed):
-    return planned_change(bed, TO_SGLANG_ROUTER, "router switch smg 1.13.0 -> sglang-router 0.3.2, two router hosts")
+    event = "router switch smg 1.13.0 -> sglang-router 0.3.2 and a flag change, two router hosts"
+    return planned_change(bed, {**TO_SGLANG_ROUTER, **SGLANG_ROUTER_FLAG}, event)
 
 
 def test_the_switch_back_to_sglang_router_rolls_without_a_failed_request(bed, back_to_sglang_router, capsys):
-    judge_planned(back_to_sglang_router, capsys, "switch smg 1.13.0 -> sglang-router 0.3.2 on two router hosts")
+    judge_planned(back_to_sglang_router, capsys, "switch smg 1.13.0 -> sglang-router 0.3.2 and a flag change on two "
+                                                 "router hosts")  # fmt: skip
     judge_versions(bed, "sglang-router 0.3.2")
+    judge_flag(bed, "--retry-max-retries 4")
+
+
+def judge_flag(bed, flag):
+    """Every router runs with FLAG (the unit file systemd started it from)."""
+    for host, unit, _server in router_units(bed):
+        assert flag in " ".join(on(host, f"systemctl cat {unit}.service").split()), (host, unit, flag)
