@@ -2,7 +2,7 @@
 # Runs every test in four lanes at once, each printing its lines with its name in front. What runs in which lane
 # follows the measured durations (docs/test-durations.md, issue 49), so that the lanes end close together:
 #   lane A: the multi-host module's sglang-router tests (one four-host deployment and a sequence of changes) but its
-#           engine upgrade, then the bad-inventory and robust-values modules;
+#           engine upgrade, then the bad-inventory and hardening modules;
 #   lane B: the multi-host module's engine upgrade, switch to SMG and SMG tests on a deployment of its own, then the
 #           site module, then molecule's site scenario on the oldest supported ansible-core (2.19 on Python 3.11,
 #           .venv-oldest);
@@ -44,14 +44,15 @@ run_pytest() {
   return "$rc"
 }
 
-# Which modules run in lanes A, B and D, by the fresh-clone run of four lanes on 1ff716d (docs/test-durations.md,
-# seconds): the multi-host module's tests but the engine upgrade 1885, its engine upgrade and SMG part 1686; the
-# routers' module 931; faults 965, site 481, benchmark 473, bad inventories 322, hardening 163, robust values 78.
-# Lane C runs every other test: its pytest about 1580 (the engine double's router tests 407, monitoring 383,
-# hardening, the unit tests and the doubles' tests about 625), the linters about 200, molecule's sandbox scenario and
-# the oldest core's unit tests. Each lane about 2200-2400 s by those figures.
+# Which modules run in lanes A, B and D, by the fresh-clone run of four lanes on 1cf283a (docs/test-durations.md,
+# seconds) less what issue 49's merges took out: the multi-host module's tests but the engine upgrade about 1650 (1818
+# with sglang-router's flag change run of its own), its engine upgrade and SMG part 1599; the routers' module about
+# 1115 (1395 with two more planned changes); faults 792, site about 530 (610 with six more runs), benchmark 301, bad
+# inventories 253, hardening 238, robust values 88. Lane C runs every other test: its pytest about 1450 (the engine
+# double's router tests 390, monitoring 366, robust values, the unit tests and the doubles' tests), the linters about
+# 170, molecule's sandbox scenario and the oldest core's unit tests 370. Each lane about 2000-2220 s by those figures.
 MULTIHOST=tests/integration/test_multihost.py
-LANE_A_MODULES=(tests/integration/test_bad_inventories.py tests/integration/test_robust_values.py)
+LANE_A_MODULES=(tests/integration/test_bad_inventories.py tests/integration/test_hardening.py)
 LANE_B_MODULES=(tests/integration/test_site.py)
 LANE_D_MODULES=(tests/integration/test_routers.py tests/integration/test_faults.py tests/integration/test_bench.py)
 LANES=(A B C D)
