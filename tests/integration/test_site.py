@@ -265,7 +265,26 @@ def test_check_diff_shows_the_unit_diff_and_changes_nothing(sandbox):
     assert unit_sums(sandbox) == sums
 
 
+def test_a_profile_in_the_inventory_converges(sandbox):
+    """A user brings a profile in the inventory's profiles/ directory (no fork of the collection): it converges. The
+    deployment stays on it for the next test, whose decode-only run takes it back to the shipped profile (issue 49:
+    this test had a run of its own back)."""
+    profile = yaml.safe_load((REPO / "profiles" / "deepseek_v4_flash_sm120.yml").read_text())
+    profile["description"] = "a site's own variant: decode with a smaller static memory fraction"
+    profile["flags"]["decode"]["mem-fraction-static"] = 0.55
+    inventory_dir = Path(sandbox["inventory"])
+    (inventory_dir / "profiles").mkdir(exist_ok=True)
+    (inventory_dir / "profiles" / "site_variant.yml").write_text(yaml.safe_dump(profile))
+    out = playbook(sandbox, "-e", '{"sglang_profile": "site_variant"}').stdout
+    assert recap(out)["failed"] == 0
+    assert "--mem-fraction-static 0.55" in on_host(sandbox, "systemctl cat sglang-decode0.service")
+    assert re.search(r"The capital of France is -> +\S", out), "no answer through the router was printed"
+
+
 def test_tags_decode_after_a_decode_flag_change_restarts_decode_only(sandbox):
+    """--tags decode with a decode flag added, from the site's own profile of the test before (its decode's static
+    memory fraction) back to the shipped one: decode restarts onto both changes, nothing of prefill or the router is
+    written or restarted; a second decode-only run takes the flag off again."""
     before, sums = start_times(sandbox), unit_sums(sandbox)
     try:
         playbook(sandbox, "--tags", "decode", "-e", '{"sglang_decode_extra_flags": {"log-level": "debug"}}')
@@ -278,7 +297,8 @@ def test_tags_decode_after_a_decode_flag_change_restarts_decode_only(sandbox):
         # the decode unit's file changed; nothing of the prefill or the router was written
         assert "/etc/systemd/system/sglang-decode0.service" in changed, changed
         assert not [path for path in changed if "decode0" not in path], changed
-        assert "--log-level debug" in on_host(sandbox, "systemctl cat sglang-decode0.service")
+        decode_unit = on_host(sandbox, "systemctl cat sglang-decode0.service")
+        assert "--log-level debug" in decode_unit and "--mem-fraction-static 0.55" not in decode_unit, decode_unit
     finally:
         playbook(sandbox, "--tags", "decode")  # back to the inventory's flags
 
@@ -320,23 +340,6 @@ def test_rtxpro6000_inventory_renders_the_units_an_expert_writes(sandbox, tmp_pa
         sandbox, "ls /etc/systemd/system/ | grep -c '^sglang-' || true; test -e /opt/sglang || echo no-venv", host=BARE
     )
     assert left.split() == ["0", "no-venv"], f"check mode changed the bare host: {left}"
-
-
-def test_a_profile_in_the_inventory_converges(sandbox):
-    """A user brings a profile in the inventory's profiles/ directory (no fork of the collection): it converges."""
-    profile = yaml.safe_load((REPO / "profiles" / "deepseek_v4_flash_sm120.yml").read_text())
-    profile["description"] = "a site's own variant: decode with a smaller static memory fraction"
-    profile["flags"]["decode"]["mem-fraction-static"] = 0.55
-    inventory_dir = Path(sandbox["inventory"])
-    (inventory_dir / "profiles").mkdir(exist_ok=True)
-    (inventory_dir / "profiles" / "site_variant.yml").write_text(yaml.safe_dump(profile))
-    try:
-        out = playbook(sandbox, "-e", '{"sglang_profile": "site_variant"}').stdout
-        assert recap(out)["failed"] == 0
-        assert "--mem-fraction-static 0.55" in on_host(sandbox, "systemctl cat sglang-decode0.service")
-        assert re.search(r"The capital of France is -> +\S", out), "no answer through the router was printed"
-    finally:
-        playbook(sandbox)  # back to the shipped profile
 
 
 def router_workers(sandbox):
