@@ -2,13 +2,13 @@
 # Runs every test in four lanes at once, each printing its lines with its name in front. What runs in which lane
 # follows the measured durations (docs/test-durations.md, issue 49), so that the lanes end close together:
 #   lane A: the multi-host module's sglang-router tests (one four-host deployment and a sequence of changes) but its
-#           engine upgrade, then the bad-inventory and hardening modules;
+#           engine upgrade, then the bad-inventory and benchmark modules;
 #   lane B: the multi-host module's engine upgrade, switch to SMG and SMG tests on a deployment of its own, then the
 #           site module, then molecule's site scenario on the oldest supported ansible-core (2.19 on Python 3.11,
 #           .venv-oldest);
 #   lane C: the linters, pytest on the unit tests, the test doubles' tests and the one-host modules no other lane runs,
 #           molecule, then the unit tests on the oldest core;
-#   lane D: the routers' module (several routers behind HAProxy), then the faults and benchmark modules.
+#   lane D: the routers' module (several routers behind HAProxy), then the faults module.
 # A sandbox module spends much of its time waiting for services (weight loading, health checks, loads at a set rate):
 # in the first fresh-clone run of three lanes the 2 cores were idle 19% of the time on average (vmstat every 30 s),
 # 20-70% in its second half, so a fourth lane shortens the run where a third waits. Each module boots its own named
@@ -44,17 +44,17 @@ run_pytest() {
   return "$rc"
 }
 
-# Which modules run in lanes A, B and D, by the fresh-clone run of four lanes on 1cf283a (docs/test-durations.md,
-# seconds) less what issue 49's merges took out: the multi-host module's tests but the engine upgrade about 1650 (1818
-# with sglang-router's flag change run of its own), its engine upgrade and SMG part 1599; the routers' module about
-# 1115 (1395 with two more planned changes); faults 792, site about 530 (610 with six more runs), benchmark 301, bad
-# inventories 253, hardening 238, robust values 88. Lane C runs every other test: its pytest about 1450 (the engine
-# double's router tests 390, monitoring 366, robust values, the unit tests and the doubles' tests), the linters about
-# 170, molecule's sandbox scenario and the oldest core's unit tests 370. Each lane about 2000-2220 s by those figures.
+# Which modules run in lanes A, B and D, by the fresh-clone run of four lanes on 494e394 (docs/test-durations.md,
+# seconds): the multi-host module's tests but the engine upgrade 1742, its engine upgrade and SMG part 1651; the
+# routers' module 1251, faults 826, site 542 (about 470 since the profile test's run back rides on the decode-only
+# test), benchmark 339, bad inventories 241, hardening 204, robust values 142. Lane C runs every other test: its pytest
+# 1509 there (the engine double's router tests 394, monitoring 375, robust values, the unit tests and the doubles'
+# tests) and now hardening, the linters 213, molecule's sandbox scenario 66 and the oldest core's unit tests 308. Each
+# lane about 2080-2320 s by those figures.
 MULTIHOST=tests/integration/test_multihost.py
-LANE_A_MODULES=(tests/integration/test_bad_inventories.py tests/integration/test_hardening.py)
+LANE_A_MODULES=(tests/integration/test_bad_inventories.py tests/integration/test_bench.py)
 LANE_B_MODULES=(tests/integration/test_site.py)
-LANE_D_MODULES=(tests/integration/test_routers.py tests/integration/test_faults.py tests/integration/test_bench.py)
+LANE_D_MODULES=(tests/integration/test_routers.py tests/integration/test_faults.py)
 LANES=(A B C D)
 
 # Runs "$@" with every line it prints prefixed by the lane's name, keeping a copy in $LANE_LOGS/<name>.log (the
