@@ -390,9 +390,9 @@ def router_lists(port):
 
 
 def remove_worker(port, url):
-    """DELETE of URL from the router instance on PORT, asked again until the router no longer lists it: the router
-    queues an addition and a removal as background jobs, and a removal asked while the addition is still settling
-    can leave the worker listed (a fresh-clone run's disagreement never ended so). True once it is gone."""
+    """DELETE of URL from the router instance on PORT (the router answers "removal queued" and removes it in the
+    background): True once the router no longer lists it, so the test judges the routers' agreement only after the
+    removal took effect."""
     listed = router_lists(port)
     if url not in listed:
         return True

@@ -234,8 +234,8 @@ def test_a_revision_change_rolls_under_load_without_a_failed_request(cluster, ca
     output, result = converge_under_load(cluster, {"test_model_revision": new.commit, **new_flags()}, ROLLING_LOAD)
     stats = hub.stats()
     order = restart_order(output)
-    record_change(cluster, "rolling revision and flag change, prefill then decode (sglang_router)", result, since,
-                  order)  # fmt: skip
+    impl = cluster.get("impl", "sglang_router")
+    record_change(cluster, f"rolling revision and flag change, prefill then decode ({impl})", result, since, order)
     rerun = recap(playbook(cluster, cluster["vars"]).stdout)
     changed = sum(c["changed"] for c in rerun.values())
     report(capsys, f"revision {old.commit[:8]} -> {new.commit[:8]} and a flag: {model_line(output)}; hub file bytes "

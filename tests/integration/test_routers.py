@@ -464,6 +464,12 @@ def judge_versions(bed, want):
     assert set(versions.values()) == {want}, versions
 
 
+def judge_flag(bed, flag):
+    """Every router runs with FLAG (the unit file systemd started it from)."""
+    for host, unit, _server in router_units(bed):
+        assert flag in " ".join(on(host, f"systemctl cat {unit}.service").split()), (host, unit, flag)
+
+
 # One router host: the switch to SMG (both routers of HOST1).
 @pytest.fixture(scope="module")
 def smg_switch_one_host(bed, haproxy_killed):
@@ -512,22 +518,22 @@ SMG_FLAG = {"sglang_router_circuit_breaker_failure_threshold": 9}
 
 
 @pytest.fixture(scope="module")
-def flag_change_two_hosts(bed, two_hosts):
+def version_and_flag_change_two_hosts(bed, two_hosts):
     event = "router version change smg 1.12.0 -> 1.13.0 and a flag change, two router hosts"
     return planned_change(bed, {**TO_SMG_NEW, **SMG_FLAG}, event)
 
 
 def test_a_router_version_and_flag_change_on_two_router_hosts_rolls_without_a_failed_request(
-    bed, flag_change_two_hosts, capsys
+    bed, version_and_flag_change_two_hosts, capsys
 ):
-    judge_planned(flag_change_two_hosts, capsys, "version change smg 1.12.0 -> 1.13.0 and a flag change on two "
-                                                 "router hosts")  # fmt: skip
+    what = "version change smg 1.12.0 -> 1.13.0 and a flag change on two router hosts"
+    judge_planned(version_and_flag_change_two_hosts, capsys, what)
     judge_versions(bed, "smg 1.13.0")
     judge_flag(bed, "--cb-failure-threshold 9")
 
 
 @pytest.fixture(scope="module")
-def host2_router_killed(bed, flag_change_two_hosts):
+def host2_router_killed(bed, version_and_flag_change_two_hosts):
     return bed
 
 
@@ -553,9 +559,3 @@ def test_the_switch_back_to_sglang_router_rolls_without_a_failed_request(bed, ba
                                                  "router hosts")  # fmt: skip
     judge_versions(bed, "sglang-router 0.3.2")
     judge_flag(bed, "--retry-max-retries 4")
-
-
-def judge_flag(bed, flag):
-    """Every router runs with FLAG (the unit file systemd started it from)."""
-    for host, unit, _server in router_units(bed):
-        assert flag in " ".join(on(host, f"systemctl cat {unit}.service").split()), (host, unit, flag)
