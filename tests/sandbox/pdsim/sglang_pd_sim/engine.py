@@ -28,6 +28,10 @@ IDLE_METRICS_S = 30.0
 # its load snapshot this often (on_idle); the simulator's scheduler loop looks that often
 LOAD_STALL_REFRESH_S = 0.05
 DEFAULT_CHUNKED_PREFILL = 8192
+# The longest one wait of a request's thread covers (engine.steps_for): a non-streamed request's thread sleeps
+# through up to this much of its decode steps at once, as sglang's tokenizer hears of them (generation.py
+# token_steps), never longer, so a stall or the load snapshot is late by at most this.
+MAX_WAIT_S = 0.25
 
 
 def prefill_seconds(knobs, input_tokens: int) -> float:
@@ -176,23 +180,34 @@ class Engine:
                 self.decoding -= 1
                 self.kv_used = max(0, self.kv_used - held["tokens"])
 
-    def step(self, held: dict, count: int = 1) -> None:
-        """One decode step: sleep the batch's time per output token, then count `count` new tokens."""
+    def steps_for(self, wanted: int) -> int:
+        """How many of WANTED decode steps one wait covers: all of them when a step takes no time, else as many as
+        fit in MAX_WAIT_S (at least one), so the scheduler's side (the load snapshot, the gauges, a stall) still
+        moves at least that often."""
+        with self.cond:
+            seconds = token_seconds(self.knobs, self.decoding)
+        if seconds <= 0:
+            return max(1, wanted)
+        return max(1, min(wanted, int(MAX_WAIT_S / seconds)))
+
+    def step(self, held: dict, count: int = 1, steps: int = 1) -> None:
+        """STEPS decode steps of one request: sleep the batch's time per output token for each, then count `count`
+        new tokens per step."""
         with self.cond:
             batch = self.decoding
-        seconds = token_seconds(self.knobs, batch)
+        seconds = token_seconds(self.knobs, batch) * steps
         if seconds > 0:
             time.sleep(seconds)
         now = time.monotonic()
         with self.cond:
-            held["tokens"] += count
-            self.kv_used += count
-            self.generated.append((now, count))
+            held["tokens"] += count * steps
+            self.kv_used += count * steps
+            self.generated.append((now, count * steps))
             while self.generated and self.generated[0][0] < now - GEN_WINDOW_S:
                 self.generated.popleft()
             # one request's step is 1/batch of the batch's forward pass
             before = self.forward_ct_decode
-            self.forward_ct_decode = after = before + 1.0 / max(1, batch)
+            self.forward_ct_decode = after = before + steps / max(1, batch)
         passes = range(math.floor(before) + 1, math.floor(after) + 1)
         # batch_result_processor.py: forward_ct_decode += 1, then report_decode_stats, whose metrics (the gauges)
         # are written only when forward_ct_decode % decode_log_interval == 0 (40); scheduler.py process_batch_result

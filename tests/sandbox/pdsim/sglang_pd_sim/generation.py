@@ -25,6 +25,8 @@ log = logging.getLogger("sglang_pd_sim")
 MAX_TOKENS_CAP = 65536
 # a decode long-polls GET /sim/kv/<room> for at most 1 s at a time (handoff.py): silent longer = gone
 DECODE_ALIVE_S = 2.5
+# sglang/srt/environ.py SGLANG_FORCE_STREAM_INTERVAL: how often a request not streamed hears of its new tokens
+FORCE_STREAM_INTERVAL = 50
 
 
 def bootstrap_timeout() -> float:
@@ -396,26 +398,38 @@ class GenerationMixin(HandoffMixin):
         )
 
     def token_steps(self, n: int, held: dict, t0: float, stream: bool, items: int):
-        """Yield after each simulated decode step; observe time to first token and inter-token latency per item,
-        as TokenizerManager.collect_metrics (sglang/srt/managers/tokenizer_manager.py) does."""
+        """Yield the index of the last token of each output the tokenizer hears of; observe time to first token and
+        inter-token latency per item, as TokenizerManager.collect_metrics (sglang/srt/managers/tokenizer_manager.py)
+        does for each output it receives.
+
+        A stream hears of every token (stream_interval 1). A request not streamed hears of its first token, then of
+        every SGLANG_FORCE_STREAM_INTERVAL-th (sglang/srt/environ.py, 50) and of its last (the scheduler's
+        stream_output_generation: `len(req.output_ids) % DEFAULT_FORCE_STREAM_INTERVAL == 0` when not req.stream),
+        so its thread sleeps through the steps between at once (engine.steps_for: at most engine.MAX_WAIT_S)."""
         st = self.state
         last = None
-        for i in range(n):
+        done = 0
+        while done < n:
             st.life.wait_scheduler(st.stop)  # lifecycle.py: no step while the scheduler is stalled
             self.abort_if_client_gone()
+            steps = 1
+            if not stream and done > 0:
+                steps = min(n - done, FORCE_STREAM_INTERVAL - done % FORCE_STREAM_INTERVAL)
+                steps = st.engine.steps_for(steps) if st.role != "prefill" else steps
             if st.role != "prefill":
-                st.engine.step(held, items)
+                st.engine.step(held, items, steps)
+            done += steps
             st.life.scheduler_output()  # tokenizer_manager.py handle_loop: last_receive_tstamp
             now = time.time()
             for _item in range(items):
                 if last is None:
                     st.metrics.first_token(now - t0, stream)
                 else:
-                    st.metrics.inter_token(now - last, 1)
+                    st.metrics.inter_token(now - last, steps)
             if last is None:
                 self._first_token_at = now
             last = now
-            yield i
+            yield done - 1
 
     def finish_metrics(self, outputs, t0: float, stream: bool) -> float:
         st = self.state

@@ -11,6 +11,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,6 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sglang_pd_sim.cli import Knobs, load_knobs
 from sglang_pd_sim.engine import Engine, kv_transfer, prefill_seconds, token_seconds
+from sglang_pd_sim.generation import GenerationMixin
+from sglang_pd_sim.lifecycle import Lifecycle
 
 from tests.http_client import http, stream
 
@@ -132,3 +135,45 @@ def test_tpot_grows_with_decode_batch(sims):
     batched = time.monotonic() - t0
     assert statuses == [200] * 5
     assert alone > 0.18 and batched > 0.5 and batched > 1.5 * alone, (alone, batched)
+
+
+class _Heard:
+    """What a request's thread tells the tokenizer's metrics (collector.py): its first token and each later output."""
+
+    def __init__(self):
+        self.outputs: list[int] = []
+
+    def first_token(self, _seconds, _stream):
+        self.outputs.append(1)
+
+    def inter_token(self, _interval, new_tokens):
+        self.outputs.append(new_tokens)
+
+
+def token_outputs(n: int, stream: bool, latency: float) -> tuple[list[int], list[int], float]:
+    """(the token indexes token_steps yields, the new tokens of each output the metrics heard of, seconds taken) of
+    one decode request of N tokens at LATENCY seconds a token, run in process on a real Engine and Lifecycle."""
+    knobs = Knobs(token_latency=latency)
+    state = SimpleNamespace(role="decode", engine=Engine(knobs), life=Lifecycle(knobs), metrics=_Heard(),
+                            stop=threading.Event())  # fmt: skip
+    handler = SimpleNamespace(state=state, abort_if_client_gone=lambda: None)
+    t0 = time.monotonic()
+    with state.engine.decode(0, 0) as held:
+        yielded = list(GenerationMixin.token_steps(handler, n, held, time.time(), stream, 1))
+    assert held["tokens"] == n
+    return yielded, state.metrics.outputs, time.monotonic() - t0
+
+
+@pytest.mark.parametrize(
+    ("n", "stream", "latency", "yielded", "outputs"),
+    [(120, True, 0.002, list(range(120)), [1] * 120),  # a stream hears of every token
+     # not streamed: the first token, every 50th (SGLANG_FORCE_STREAM_INTERVAL) and the last, as sglang sends them
+     (120, False, 0.002, [0, 49, 99, 119], [1, 49, 50, 20]),
+     # ... and never more than engine.MAX_WAIT_S of steps in one wait: 0.25 s at 10 ms is 25 steps
+     (120, False, 0.01, [0, 25, 49, 74, 99, 119], [1, 25, 24, 25, 25, 20]),
+     (200, False, 0.0, [0, 49, 99, 149, 199], [1, 49, 50, 50, 50])],  # no time a token: the outputs alone
+)  # fmt: skip
+def test_a_request_not_streamed_hears_of_its_tokens_as_sglang_sends_them(n, stream, latency, yielded, outputs):
+    got, heard, seconds = token_outputs(n, stream, latency)
+    assert (got, heard) == (yielded, outputs)
+    assert seconds >= n * latency * 0.95, seconds  # the same time a token either way
