@@ -176,6 +176,10 @@ def render_guest(upper: Path, host: dict, peers: list[dict], pubkey: str) -> Non
     ssh.chmod(0o700)
     (ssh / "authorized_keys").write_text(pubkey)
     (ssh / "authorized_keys").chmod(0o600)
+    # The tests' ssh commands share one connection per host (mux_options): sshd's default of 10 sessions on one
+    # connection is fewer than a test may run at once (loads, probes and fingerprints beside each other).
+    (etc / "ssh/sshd_config.d").mkdir(parents=True, exist_ok=True)
+    (etc / "ssh/sshd_config.d/sandbox.conf").write_text("MaxSessions 100\n")
     fakegpu.render(upper, host["name"], host["topology"])
     engine_timing.render(upper)
 
@@ -281,6 +285,40 @@ def load_hosts(name: str) -> list[dict]:
     return sorted((h for h in hosts if h), key=lambda h: h["index"])
 
 
+def control_path(host: dict) -> str:
+    """The socket of the host's ssh master connection: short (a unix socket's path has at most 107 bytes, and ssh
+    adds 17 while it creates it) and new with every boot of the host, so no command ever rides a master of an earlier
+    boot at the same address."""
+    return f"/tmp/disagg-ssh-{host['mux']}"
+
+
+def mux_options(host: dict) -> str:
+    """Every `ssh -F ssh_config HOST` of the tests shares one connection per host (a new connection costs about
+    0.15 CPU-s between the two ends, a session on a shared one 0.01: measured on a sandbox host, 20 calls each).
+    Ansible's own connections keep theirs: its command line names its own ControlPath. A master whose host went away
+    ends after three missed keep-alives; `down` ends the others (stop_mux)."""
+    if not host.get("mux"):
+        return ""
+    return (
+        f"  ControlMaster auto\n  ControlPath {control_path(host)}\n  ControlPersist 120\n"
+        "  ServerAliveInterval 5\n  ServerAliveCountMax 3\n"
+    )
+
+
+def stop_mux(host: dict) -> None:
+    """End the host's ssh master connection, if one is up (before the host goes, so none is left behind)."""
+    if host.get("mux") and Path(control_path(host)).exists():
+        subprocess.run(
+            ["ssh", "-o", f"ControlPath={control_path(host)}", "-O", "exit", host["name"]],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+        with contextlib.suppress(OSError):
+            Path(control_path(host)).unlink()
+
+
 def write_access_files(name: str, hosts: list[dict]) -> None:
     """ssh_config, hosts.json and an Ansible inventory for the hosts that are up."""
     sdir = state_dir(name)
@@ -290,7 +328,7 @@ def write_access_files(name: str, hosts: list[dict]) -> None:
         ssh.append(
             f"Host {h['name']} {h['address']}\n  HostName {h['address']}\n  User root\n"
             f"  Port 22\n  IdentityFile {key}\n  IdentitiesOnly yes\n"
-            "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+            "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n" + mux_options(h)
         )
     (sdir / "ssh_config").write_text("\n".join(ssh))
     public = [
@@ -362,6 +400,7 @@ def up(name: str, count: int, topology: str | list[str]) -> list[dict]:
                 "root": str(sdir / "hosts" / hname / "root"),
                 "wheelhouse": str(WHEELHOUSE),
                 "pid": None,
+                "mux": uuid.uuid4().hex[:16],  # this boot's ssh master connection (control_path)
             }
             Path(existing[hname]["dir"]).mkdir(parents=True, exist_ok=True)
             write_host(existing[hname])
@@ -395,7 +434,9 @@ def up(name: str, count: int, topology: str | list[str]) -> list[dict]:
 
 
 def teardown_host(host: dict) -> None:
-    """Stop the container and remove all it had: processes, veth, mounts, cgroup dirs, files."""
+    """Stop the container and remove all it had: its ssh master connection, processes, veth, mounts, cgroup dirs,
+    files."""
+    stop_mux(host)
     pid = host.get("pid")
     if pid and host_running(host):
         os.kill(pid, signal.SIGTERM)  # nspawn asks the container's systemd to power off
