@@ -28,7 +28,7 @@ IDLE_METRICS_S = 30.0
 # its load snapshot this often (on_idle); the simulator's scheduler loop looks that often
 LOAD_STALL_REFRESH_S = 0.05
 DEFAULT_CHUNKED_PREFILL = 8192
-# The longest one wait of a request's thread covers (engine.steps_for): a non-streamed request's thread sleeps
+# The longest one wait of a request's thread covers (Engine.step): a non-streamed request's thread sleeps
 # through up to this much of its decode steps at once, as sglang's tokenizer hears of them (generation.py
 # token_steps), never longer, so a stall or the load snapshot is late by at most this.
 MAX_WAIT_S = 0.25
@@ -180,24 +180,17 @@ class Engine:
                 self.decoding -= 1
                 self.kv_used = max(0, self.kv_used - held["tokens"])
 
-    def steps_for(self, wanted: int) -> int:
-        """How many of WANTED decode steps one wait covers: all of them when a step takes no time, else as many as
-        fit in MAX_WAIT_S (at least one), so the scheduler's side (the load snapshot, the gauges, a stall) still
-        moves at least that often."""
-        with self.cond:
-            seconds = token_seconds(self.knobs, self.decoding)
-        if seconds <= 0:
-            return max(1, wanted)
-        return max(1, min(wanted, int(MAX_WAIT_S / seconds)))
-
-    def step(self, held: dict, count: int = 1, steps: int = 1) -> None:
-        """STEPS decode steps of one request: sleep the batch's time per output token for each, then count `count`
-        new tokens per step."""
+    def step(self, held: dict, count: int = 1, wanted: int = 1) -> int:
+        """Up to WANTED decode steps of one request in one wait: all of them when a step takes no time, else as many
+        as fit in MAX_WAIT_S (at least one), so the scheduler's side (the load snapshot, the gauges, a stall) still
+        moves at least that often. Sleeps the batch's time per output token for each, counts `count` new tokens per
+        step; returns how many steps it took."""
         with self.cond:
             batch = self.decoding
-        seconds = token_seconds(self.knobs, batch) * steps
-        if seconds > 0:
-            time.sleep(seconds)
+        per_step = token_seconds(self.knobs, batch)
+        steps = max(1, wanted if per_step <= 0 else min(wanted, int(MAX_WAIT_S / per_step)))
+        if per_step > 0:
+            time.sleep(per_step * steps)
         now = time.monotonic()
         with self.cond:
             held["tokens"] += count * steps
@@ -216,6 +209,7 @@ class Engine:
             self.publish_gauges()
         if any(n % self.load_publish_interval == 0 for n in passes):
             self.publish_loads()
+        return steps
 
     # --- what the scheduler publishes ----------------------------------------------------------------------
     def publish_gauges(self, **override) -> None:

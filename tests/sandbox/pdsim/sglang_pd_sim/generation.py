@@ -405,19 +405,16 @@ class GenerationMixin(HandoffMixin):
         A stream hears of every token (stream_interval 1). A request not streamed hears of its first token, then of
         every SGLANG_FORCE_STREAM_INTERVAL-th (sglang/srt/environ.py, 50) and of its last (the scheduler's
         stream_output_generation: `len(req.output_ids) % DEFAULT_FORCE_STREAM_INTERVAL == 0` when not req.stream),
-        so its thread sleeps through the steps between at once (engine.steps_for: at most engine.MAX_WAIT_S)."""
+        so its thread sleeps through the steps between at once (Engine.step: at most engine.MAX_WAIT_S)."""
         st = self.state
         last = None
         done = 0
         while done < n:
             st.life.wait_scheduler(st.stop)  # lifecycle.py: no step while the scheduler is stalled
             self.abort_if_client_gone()
-            steps = 1
-            if not stream and done > 0:
-                steps = min(n - done, FORCE_STREAM_INTERVAL - done % FORCE_STREAM_INTERVAL)
-                steps = st.engine.steps_for(steps) if st.role != "prefill" else steps
+            steps = 1 if stream or done == 0 else min(n - done, FORCE_STREAM_INTERVAL - done % FORCE_STREAM_INTERVAL)
             if st.role != "prefill":
-                st.engine.step(held, items, steps)
+                steps = st.engine.step(held, items, steps)
             done += steps
             st.life.scheduler_output()  # tokenizer_manager.py handle_loop: last_receive_tstamp
             now = time.time()
