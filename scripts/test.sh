@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Runs every test in four lanes at once, each printing its lines with its name in front. What runs in which lane
 # follows the measured durations (docs/test-durations.md, issue 49), so that the lanes end close together:
-#   lane A: the multi-host module's sglang-router tests (one four-host deployment and a sequence of changes) but its
-#           engine upgrade, then the bad-inventory and benchmark modules;
+#   lane A: the linters, the multi-host module's sglang-router tests (one four-host deployment and a sequence of
+#           changes) but its engine upgrade, then the benchmark module;
 #   lane B: the multi-host module's engine upgrade, switch to SMG and SMG tests on a deployment of its own, then the
 #           site module, then molecule's site scenario on the oldest supported ansible-core (2.19 on Python 3.11,
 #           .venv-oldest);
-#   lane C: the linters, pytest on the unit tests, the test doubles' tests and the one-host modules no other lane runs,
-#           molecule, then the unit tests on the oldest core;
-#   lane D: the routers' module (several routers behind HAProxy), then the faults module.
+#   lane C: pytest on the unit tests, the test doubles' tests and the one-host modules no other lane runs (the
+#           bad-inventory module among them), molecule, then the unit tests on the oldest core;
+#   lane D: the routers' module (several routers behind HAProxy), then the faults and hardening modules.
 # A sandbox module spends much of its time waiting for services (weight loading, health checks, loads at a set rate):
 # in the first fresh-clone run of three lanes the 2 cores were idle 19% of the time on average (vmstat every 30 s),
 # 20-70% in its second half, so a fourth lane shortens the run where a third waits. Each module boots its own named
@@ -44,17 +44,17 @@ run_pytest() {
   return "$rc"
 }
 
-# Which modules run in lanes A, B and D, by the fresh-clone run of four lanes on 494e394 (docs/test-durations.md,
-# seconds): the multi-host module's tests but the engine upgrade 1742, its engine upgrade and SMG part 1651; the
-# routers' module 1251, faults 826, site 542 (about 470 since the profile test's run back rides on the decode-only
-# test), benchmark 339, bad inventories 241, hardening 204, robust values 142. Lane C runs every other test: its pytest
-# 1509 there (the engine double's router tests 394, monitoring 375, robust values, the unit tests and the doubles'
-# tests) and now hardening, the linters 213, molecule's sandbox scenario 66 and the oldest core's unit tests 308. Each
-# lane about 2080-2320 s by those figures.
+# Which modules run in lanes A, B and D, by session 53's fresh-clone run on 2497046 (docs/test-durations.md, seconds):
+# the multi-host module's tests but the engine upgrade 1816, its engine upgrade and SMG part 1767; the routers' module
+# 1316, faults 867 (mostly waiting: loads at a set rate, freezes), site 561, benchmark 399, bad inventories 365,
+# hardening 239, the linters 254. Lane C runs every other test: its pytest 1948 there less hardening and plus bad
+# inventories (about 2070: the engine double's router tests 401, monitoring 439, robust values 162, the unit tests and
+# the doubles' tests), molecule's sandbox scenario 68 and the oldest core's unit tests 309. By those figures: A 2469,
+# B 2459, C 2450, D 2422 (they were 2585, 2463, 2579, 2185).
 MULTIHOST=tests/integration/test_multihost.py
-LANE_A_MODULES=(tests/integration/test_bad_inventories.py tests/integration/test_bench.py)
+LANE_A_MODULES=(tests/integration/test_bench.py)
 LANE_B_MODULES=(tests/integration/test_site.py)
-LANE_D_MODULES=(tests/integration/test_routers.py tests/integration/test_faults.py)
+LANE_D_MODULES=(tests/integration/test_routers.py tests/integration/test_faults.py tests/integration/test_hardening.py)
 LANES=(A B C D)
 
 # Runs "$@" with every line it prints prefixed by the lane's name, keeping a copy in $LANE_LOGS/<name>.log (the
@@ -89,8 +89,9 @@ recap() {
 MULTIHOST_A="not smg and not engine_upgrade"
 MULTIHOST_B="smg or engine_upgrade"
 lane_A() {
-  step A-multihost run_pytest A-multihost "$MULTIHOST" -k "$MULTIHOST_A" -p no:cacheprovider \
-    --basetemp="${TMPDIR:-/tmp}/disagg-test-lane-a" --durations=10 &&
+  step A-lint run_lint &&
+    step A-multihost run_pytest A-multihost "$MULTIHOST" -k "$MULTIHOST_A" -p no:cacheprovider \
+      --basetemp="${TMPDIR:-/tmp}/disagg-test-lane-a" --durations=10 &&
     step A-pytest run_pytest A-pytest "${LANE_A_MODULES[@]}" -p no:cacheprovider \
       --basetemp="${TMPDIR:-/tmp}/disagg-test-lane-a-more" --durations=5
 }
@@ -124,9 +125,8 @@ run_oldest_converge() {
 }
 
 lane_C() {
-  step C-lint run_lint &&
-    step C-pytest run_pytest C-pytest tests --ignore="$MULTIHOST" "${LANE_A_MODULES[@]/#/--ignore=}" \
-      "${LANE_B_MODULES[@]/#/--ignore=}" "${LANE_D_MODULES[@]/#/--ignore=}" --durations=25 &&
+  step C-pytest run_pytest C-pytest tests --ignore="$MULTIHOST" "${LANE_A_MODULES[@]/#/--ignore=}" \
+    "${LANE_B_MODULES[@]/#/--ignore=}" "${LANE_D_MODULES[@]/#/--ignore=}" --durations=25 &&
     run_molecule && step C-oldest run_oldest_units
 }
 

@@ -293,7 +293,7 @@ def p2_floor(inventory, playbook, runs, tmp):
 def roll_host_vars(delay, generation, health_poll=None):
     """prefill0 TP4 (from the sandbox group_vars), two TP2 decodes; decode1's env BENCH_ROLL is the knob that rolls
     it alone; the simulator's start-up delay for both decodes; sglang_health_poll where given (else the sandbox
-    inventory's 2 s: a progress line, and so a module run, every 2 s of an engine's start)."""
+    inventory's 5 s: a progress line, and so a module run, every 5 s of an engine's start)."""
     extra = {} if health_poll is None else {"sglang_health_poll": health_poll}
     return extra | {
         "sglang_decode_instances": [
@@ -405,7 +405,7 @@ def figure_p6(args, tmp):
         m = {key: median(row[key] for row in rows) for key in rows[0]}
         lines.append(
             f"P6 rolling, one decode of two, SGLANG_SIM_STARTUP_DELAY={delay}, sglang_health_poll "
-            f"{args.health_poll or '2 (sandbox)'}, median of {args.runs}: "
+            f"{args.health_poll or '5 (sandbox)'}, median of {args.runs}: "
             f"overhead per batch {m['overhead']:.1f} s (batch {m['batch']:.1f} s - engine stop {m['stop']:.1f} s "
             f"- engine start {m['start']:.1f} s); playbook wall {m['wall']:.1f} s = before the rolling step "
             f"{m['before']:.1f} + rolling step {m['step']:.1f} + after {m['after']:.1f}"

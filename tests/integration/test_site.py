@@ -265,6 +265,11 @@ def test_check_diff_shows_the_unit_diff_and_changes_nothing(sandbox):
     assert unit_sums(sandbox) == sums
 
 
+# The worker guard's files (roles/sglang/vars/main.yml, _sglang_guard_files, at the sandbox inventory's paths).
+GUARD_FILES = ["/etc/sglang/sglang-guard.env", "/etc/sglang/sglang-guard.json",
+               "/etc/systemd/system/sglang-guard.service", "/usr/local/lib/sglang-guard"]  # fmt: skip
+
+
 def test_a_profile_in_the_inventory_converges(sandbox):
     """A user brings a profile in the inventory's profiles/ directory (no fork of the collection): it converges. The
     deployment stays on it for the next test, whose decode-only run takes it back to the shipped profile (issue 49:
@@ -275,16 +280,20 @@ def test_a_profile_in_the_inventory_converges(sandbox):
     inventory_dir = Path(sandbox["inventory"])
     (inventory_dir / "profiles").mkdir(exist_ok=True)
     (inventory_dir / "profiles" / "site_variant.yml").write_text(yaml.safe_dump(profile))
-    out = playbook(sandbox, "-e", '{"sglang_profile": "site_variant"}').stdout
+    # The same run turns the worker guard on (off by default): the next test's run, without it, removes it.
+    out = playbook(sandbox, "-e", '{"sglang_profile": "site_variant", "sglang_guard_enabled": true}').stdout
     assert recap(out)["failed"] == 0
     assert "--mem-fraction-static 0.55" in on_host(sandbox, "systemctl cat sglang-decode0.service")
     assert re.search(r"The capital of France is -> +\S", out), "no answer through the router was printed"
+    assert on_host(sandbox, "systemctl is-active sglang-guard.service || true").split() == ["active"]
+    assert on_host(sandbox, f"ls -d {' '.join(GUARD_FILES)} 2>/dev/null || true").split() == sorted(GUARD_FILES)
 
 
 def test_tags_decode_after_a_decode_flag_change_restarts_decode_only(sandbox):
     """--tags decode with a decode flag added, from the site's own profile of the test before (its decode's static
     memory fraction) back to the shipped one: decode restarts onto both changes, nothing of prefill or the router is
-    written or restarted; a second decode-only run takes the flag off again."""
+    written or restarted; the worker guard the test before turned on is removed (off by default: its look found its
+    files); a second decode-only run takes the flag off again."""
     before, sums = start_times(sandbox), unit_sums(sandbox)
     try:
         playbook(sandbox, "--tags", "decode", "-e", '{"sglang_decode_extra_flags": {"log-level": "debug"}}')
@@ -299,6 +308,9 @@ def test_tags_decode_after_a_decode_flag_change_restarts_decode_only(sandbox):
         assert not [path for path in changed if "decode0" not in path], changed
         decode_unit = on_host(sandbox, "systemctl cat sglang-decode0.service")
         assert "--log-level debug" in decode_unit and "--mem-fraction-static 0.55" not in decode_unit, decode_unit
+        # the guard the test before turned on is off again (the default): stopped, and none of its files is left
+        assert on_host(sandbox, "systemctl is-active sglang-guard.service || true").split() == ["inactive"]
+        assert on_host(sandbox, f"ls -d {' '.join(GUARD_FILES)} 2>/dev/null || true").split() == []
     finally:
         playbook(sandbox, "--tags", "decode")  # back to the inventory's flags
 

@@ -6,7 +6,7 @@ SGLANG_SIM_STARTUP_DELAY and SGLANG_SIM_WARMUP_DELAY seconds, 0 by its own defau
 services with LOAD_S and WARMUP_S (render() writes them as systemd's DefaultEnvironment, so every unit of the host
 inherits them whatever inventory, playbook or extra vars a scenario uses): together longer than the router's
 health-check interval (sglang_router_health_check_interval, 10 s) and several of the run's health polls
-(sglang_health_poll 2 s in inventories/sandbox), so the health waits, the router's detection of a loading worker and
+(sglang_health_poll 5 s in inventories/sandbox), so the health waits, the router's detection of a loading worker and
 the rolling step's timeouts are what a scenario exercises (issue 37). DeepSeek-V4-Flash loads for minutes; the
 production budget is sglang_health_timeout 1800 s.
 

@@ -100,7 +100,8 @@ def look(
     """Everything the preflight reads on this host: {paths, records, listeners, bind, exists, model}. FOUND_PATHS
     {variable: path}; RECORD_DIR the records' directory (None: not read); BIND addresses -> {address: 'ok' or why
     not}; EXISTS paths -> {path: whether it exists} (no rule reads these: the venv's python, to pick where flags are
-    checked); MODEL_DIR the model directory whose files to check (model(); None: not read)."""
+    checked, and the guard's files, to remove them only where they are); MODEL_DIR the model directory whose files to
+    check (model(); None: not read)."""
     outcome = bind_outcome or address_probes.bind_outcome
     return {
         "exists": {path: os.path.exists(path) for path in exists or ()},

@@ -220,8 +220,9 @@ def venv_paths(v):
 
 def host_look(v, roles, venv_paths, read_topology):
     """The options of host_look for this host: the absolute paths the units rely on (the model directory only where
-    workers run), the unit records, the bind address where workers bind, this run's engine python, and the topology
-    and the host readiness where READ_TOPOLOGY (a worker host in site.yml's preflight)."""
+    workers run), the unit records, the bind address where workers bind, this run's engine python and, on a worker
+    host, the guard's files (_sglang_guard_files), and the topology and the host readiness where READ_TOPOLOGY (a
+    worker host in site.yml's preflight)."""
     engine = venv_paths.get("engine")
     bind = v.get("sglang_bind_host")
     # a staged model is checked after its staging step (it may not be there yet); one managed outside, here
@@ -240,7 +241,10 @@ def host_look(v, roles, venv_paths, read_topology):
         "paths": plan.host_paths(paths),
         "record_dir": v.get("sglang_record_dir"),
         "bind": [bind] if roles and isinstance(bind, str) else [],
-        "exists": [f"{engine}/bin/python"] if engine is not None else [],
+        # the engine's python (where flags are checked); on a worker host the guard's files (guard.yml removes them only
+        # where some exist)
+        "exists": ([f"{engine}/bin/python"] if engine is not None else [])
+        + (sorted(p for p in (v.get("_sglang_guard_files") or {}).values() if isinstance(p, str)) if roles else []),
         "model": outside,
         "topology": topology if read_topology and roles else None,
         # the host's readiness (IOMMU, ACS, BAR1, module options, ...), read with the topology, under the same root

@@ -335,3 +335,29 @@ def test_workers_load_the_staged_directory_of_the_sources_revision_planned_once(
     look = plan_inputs.host_look(Resolved(_variables, v), {"prefill": {}}, {}, False)
     # the look checks a directory managed outside now; a staged one after its staging step
     assert look["model"] == (None if revision else path)
+
+
+@pytest.mark.parametrize(
+    ("roles", "extra", "expect"),
+    [
+        (
+            {"prefill": {}},
+            {},
+            ["/etc/sglang/sglang-guard.env", "/etc/sglang/sglang-guard.json",
+             "/etc/systemd/system/sglang-guard.service", "/usr/local/lib/sglang-guard"],
+        ),
+        (
+            {"decode": {}},
+            {"sglang_unit_prefix": "pd-", "sglang_env_dir": "/srv/env", "sglang_guard_dir": "/srv/guard"},
+            ["/etc/systemd/system/pd-guard.service", "/srv/env/pd-guard.env", "/srv/env/pd-guard.json", "/srv/guard"],
+        ),
+        ({}, {}, []),
+    ],
+    ids=["worker-defaults", "worker-own-paths", "router-only"],
+)  # fmt: skip
+def test_the_look_of_a_worker_host_asks_which_guard_files_exist(roles, extra, expect):
+    """guard.yml removes the guard's files (the guard off) only where the look found some: the look asks for each one,
+    as roles/sglang/vars/main.yml names them, on every worker host and only there."""
+    _templar, variables, v = host_vars(inventory="inventories/sandbox", groups=GROUPS, extra=extra)
+    look = plan_inputs.host_look(Resolved(variables, v), roles, {}, False)
+    assert [path for path in look["exists"] if "guard" in path] == expect
