@@ -4,10 +4,10 @@
 #   lane A: the linters, the multi-host module's sglang-router tests (one four-host deployment and a sequence of
 #           changes) but its engine upgrade, then the benchmark module;
 #   lane B: the multi-host module's engine upgrade, switch to SMG and SMG tests on a deployment of its own, then the
-#           site module, then molecule's site scenario on the oldest supported ansible-core (2.19 on Python 3.11,
-#           .venv-oldest);
+#           site module, molecule, then molecule's site scenario on the oldest supported ansible-core (2.19 on
+#           Python 3.11, .venv-oldest);
 #   lane C: pytest on the unit tests, the test doubles' tests and the one-host modules no other lane runs (the
-#           bad-inventory module among them), molecule, then the unit tests on the oldest core;
+#           bad-inventory module among them), then the unit tests on the oldest core;
 #   lane D: the routers' module (several routers behind HAProxy), then the faults and hardening modules.
 # A sandbox module spends much of its time waiting for services (weight loading, health checks, loads at a set rate):
 # in the first fresh-clone run of three lanes the 2 cores were idle 19% of the time on average (vmstat every 30 s),
@@ -44,13 +44,13 @@ run_pytest() {
   return "$rc"
 }
 
-# Which modules run in lanes A, B and D, by session 53's fresh-clone run on 2497046 (docs/test-durations.md, seconds):
-# the multi-host module's tests but the engine upgrade 1816, its engine upgrade and SMG part 1767; the routers' module
-# 1316, faults 867 (mostly waiting: loads at a set rate, freezes), site 561, benchmark 399, bad inventories 365,
-# hardening 239, the linters 254. Lane C runs every other test: its pytest 1948 there less hardening and plus bad
-# inventories (about 2070: the engine double's router tests 401, monitoring 439, robust values 162, the unit tests and
-# the doubles' tests), molecule's sandbox scenario 68 and the oldest core's unit tests 309. By those figures: A 2469,
-# B 2459, C 2450, D 2422 (they were 2585, 2463, 2579, 2185).
+# Which modules run in lanes A, B and D, by the fresh-clone run ci9 on 8bfab78 (docs/test-durations.md, session 54,
+# seconds): the multi-host module's tests but the engine upgrade 1630, its engine upgrade and SMG part 1657; the
+# routers' module 1295, faults 808 (mostly waiting: loads at a set rate, freezes), site 500, benchmark 436, hardening
+# 163, the linters 207, molecule's sandbox scenario 65, molecule's site scenario on the oldest core 116. Lane C runs
+# every other test: its pytest 1994 there (bad inventories 464, the engine double's router tests 418, monitoring 406,
+# robust values 109, the unit tests and the doubles' tests) and the oldest core's unit tests 299. Lanes by those
+# figures: A 2276, B 2340, C 2293, D 2267 (ci9: C 2358 with molecule's sandbox scenario, B 2275).
 MULTIHOST=tests/integration/test_multihost.py
 LANE_A_MODULES=(tests/integration/test_bench.py)
 LANE_B_MODULES=(tests/integration/test_site.py)
@@ -101,7 +101,7 @@ lane_B() {
     -p no:cacheprovider --basetemp="${TMPDIR:-/tmp}/disagg-test-lane-b" --durations=5 &&
     step B-pytest run_pytest B-pytest "${LANE_B_MODULES[@]}" -p no:cacheprovider \
       --basetemp="${TMPDIR:-/tmp}/disagg-test-lane-b-more" --durations=5 &&
-    step B-oldest-converge run_oldest_converge
+    run_molecule && step B-oldest-converge run_oldest_converge
 }
 
 # The oldest ansible-core of meta/runtime.yml's range (the newest is .venv, which runs everything else), with
@@ -127,7 +127,7 @@ run_oldest_converge() {
 lane_C() {
   step C-pytest run_pytest C-pytest tests --ignore="$MULTIHOST" "${LANE_A_MODULES[@]/#/--ignore=}" \
     "${LANE_B_MODULES[@]/#/--ignore=}" "${LANE_D_MODULES[@]/#/--ignore=}" --durations=25 &&
-    run_molecule && step C-oldest run_oldest_units
+    step C-oldest run_oldest_units
 }
 
 lane_D() {
@@ -193,7 +193,7 @@ run_molecule() {
   for scenario in molecule/*/molecule.yml; do
     scenario=$(basename "$(dirname "$scenario")")
     [[ $scenario == shared || $scenario == site ]] && continue
-    step "C-molecule-$scenario" molecule test -s "$scenario" || return
+    step "B-molecule-$scenario" molecule test -s "$scenario" || return
   done
 }
 
